@@ -1,0 +1,272 @@
+"""When to measure, update, log and checkpoint the corpus distribution.
+
+:class:`CorpusBalancingCallback` is the one update loop behind every strategy: static priors only keep
+the sampler's epoch and state in step with the Trainer; MultiUAT and MultiDDS-S additionally, every
+``update_every`` optimizer steps, draw a dev batch per corpus, ask their reward for one number per
+corpus, update the scorer ψ and hand the new distribution to the sampler.
+
+Distributed runs: every rank holds its own sampler and scorer and must reach bit-identical probabilities.
+The rewards are computed as a share per rank (the reward splits the work), summed with one all-reduce and
+finished identically everywhere, so the scorer, which is deterministic, moves identically on every rank.
+Dev batches are drawn from generators seeded by ``(seed, update index, corpus)``, so they are the same on
+every rank and in a resumed run.
+
+State (sampler, scorer, update count) is written as JSON into each checkpoint folder and read back when
+training resumes, whether the Trainer is ours or a stock one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from .priors import temperature_prior
+from .rewards import BalancingReward
+from .sampler import CorpusBatchSampler, example_lengths
+from .scorer import CorpusScorer, NonFiniteRewardError
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "uat_balancing_state.json"
+HISTORY_FILE = "balancing_history.jsonl"
+
+
+def draw_token_batch(lengths: np.ndarray, target_tokens: int, rng: np.random.Generator) -> np.ndarray:
+    """Random examples (without replacement) until their lengths add up to ``target_tokens``.
+
+    The draw is random, so the reward estimates the whole dev set; the drawn examples are then sorted by
+    length, so that splitting them into sub-batches cuts padding without changing which are measured.
+    """
+    order = rng.permutation(len(lengths))
+    count = int(np.searchsorted(np.cumsum(lengths[order]), target_tokens, side="left")) + 1
+    chosen = order[: min(count, len(order))]
+    return chosen[np.argsort(lengths[chosen], kind="stable")]
+
+
+def split_by_tokens(indices: np.ndarray, lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Split length-sorted ``indices`` into consecutive sub-batches of at most ``max_tokens`` padded tokens."""
+    chunks, start = [], 0
+    for end in range(1, len(indices) + 1):
+        if end - start > 1 and (end - start) * lengths[indices[end - 1]] > max_tokens:
+            chunks.append(indices[start : end - 1])
+            start = end - 1
+    chunks.append(indices[start:])
+    return chunks
+
+
+class CorpusBalancingCallback(TrainerCallback):
+    """Keeps a :class:`~uat_hf.sampler.CorpusBatchSampler` in step with training and re-learns its p.
+
+    Args:
+        sampler: the sampler the training DataLoader iterates.
+        strategy: ``proportional`` / ``temperature`` / ``uniform`` (static) or ``multiuat`` / ``multidds-s``.
+        reward: what a dynamic strategy measures (:class:`~uat_hf.rewards.UncertaintyReward` or
+            :class:`~uat_hf.rewards.GradientCosineReward`); ``None`` for static strategies.
+        dev_corpora: tokenized trusted dev sets, one per training corpus (same names).
+        collate_fn: turns a list of dataset rows into model inputs (the Trainer's data collator).
+        update_every: S, optimizer steps between two updates.
+        dev_batch_tokens: target tokens drawn per dev corpus at each update.
+        sub_batch_tokens: padded-token cap of one forward pass during measurement.
+        scorer_lr, scorer_steps: Adam settings of ψ.
+        prior_temperature: τ of the prior ψ starts from.
+        seed: must be the same on every rank.
+        accelerator: the Trainer's ``accelerate.Accelerator`` (for the all-reduce); ``None`` on one process.
+        log_fn: called with a flat dict of scalars after each update (``trainer.log`` routes it to every
+            reporting integration: TensorBoard, trackio, W&B ...).
+        train_corpora: tokenized training corpora, needed only by MultiDDS-S for its fresh train batches.
+    """
+
+    def __init__(
+        self,
+        sampler: CorpusBatchSampler,
+        *,
+        strategy: str = "proportional",
+        reward: BalancingReward | None = None,
+        dev_corpora: Mapping[str, Any] | None = None,
+        collate_fn: Callable[[list[dict]], dict[str, torch.Tensor]] | None = None,
+        update_every: int = 1000,
+        dev_batch_tokens: int = 1024,
+        sub_batch_tokens: int = 4096,
+        scorer_lr: float = 1e-4,
+        scorer_steps: int = 200,
+        prior_temperature: float = 1.0,
+        seed: int = 0,
+        accelerator: Any = None,
+        log_fn: Callable[[dict[str, float]], None] | None = None,
+        train_corpora: Mapping[str, Any] | None = None,
+        train_batch_tokens: int = 1024,
+    ) -> None:
+        self.sampler = sampler
+        self.strategy = strategy
+        self.reward = reward
+        self.update_every = int(update_every)
+        self.dev_batch_tokens = int(dev_batch_tokens)
+        self.sub_batch_tokens = int(sub_batch_tokens)
+        self.seed = int(seed)
+        self.accelerator = accelerator
+        self.log_fn = log_fn
+        self.collate_fn = collate_fn
+        self.train_batch_tokens = int(train_batch_tokens)
+        self.update_count = 0
+        self.scorer: CorpusScorer | None = None
+        self.dev_corpora = dict(dev_corpora or {})
+        self.train_corpora = dict(train_corpora or {})
+        if reward is not None:
+            if self.update_every < 1:
+                raise ValueError(f"update_every must be >= 1, got {update_every}.")
+            if collate_fn is None:
+                raise ValueError("A dynamic strategy needs collate_fn to turn dev rows into model inputs.")
+            _check_same_corpora(sampler.names, self.dev_corpora, "dev")
+            if reward.needs_train_batches:
+                _check_same_corpora(sampler.names, self.train_corpora, "train")
+            prior = temperature_prior(sampler.sizes, prior_temperature)
+            self.scorer = CorpusScorer(sampler.names, prior, lr=scorer_lr, steps=scorer_steps)
+            sampler.set_probabilities(self.scorer.probabilities)
+            self._dev_lengths = {n: _target_lengths(self.dev_corpora[n]) for n in sampler.names}
+            self._train_lengths = (
+                {n: example_lengths(self.train_corpora[n]) for n in sampler.names} if reward.needs_train_batches else {}
+            )
+
+    # ------------------------------------------------------------------ Trainer events
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step > 0:
+            path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}", STATE_FILE)
+            if os.path.isfile(path):
+                self.load(path)
+            else:
+                logger.warning(
+                    "Resuming at step %d but %s is missing: the corpus sampler restarts its epoch and the scorer its "
+                    "prior, so the run will not continue the exact same sequence.", state.global_step, path,
+                )
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        # The Trainer cannot always reach a sampler wrapped by accelerate (e.g. after skip_first_batches on
+        # several processes), so the epoch is set here, from the Trainer's own count.
+        self.sampler.set_epoch(math.floor(state.epoch or 0))
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.reward is not None and state.global_step > 0 and state.global_step % self.update_every == 0:
+            self.update(model, state.global_step, args.output_dir, is_world_process_zero=state.is_world_process_zero)
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            self.save(os.path.join(folder, STATE_FILE))
+
+    # ------------------------------------------------------------------ the update
+    def update(self, model: torch.nn.Module, step: int, output_dir: str | None = None, *, is_world_process_zero: bool = True) -> dict | None:
+        """One balancing update: measure every corpus, update ψ, set the sampler's p. Returns the record."""
+        start = time.perf_counter()
+        dev_batches = [self._token_batches(self.dev_corpora[n], self._dev_lengths[n], self.dev_batch_tokens, i, 0)
+                       for i, n in enumerate(self.sampler.names)]
+        train_batches = None
+        if self.reward.needs_train_batches:
+            train_batches = [self._token_batches(self.train_corpora[n], self._train_lengths[n], self.train_batch_tokens, i, 1)
+                             for i, n in enumerate(self.sampler.names)]
+        process_index, num_processes = self._shard()
+        seed = int(np.random.SeedSequence([self.seed, self.update_count, process_index]).generate_state(1)[0])
+        shares = self.reward.compute(model, dev_batches, train_batches, process_index=process_index,
+                                     num_processes=num_processes, seed=seed)
+        totals = {key: self._sum_over_ranks(value) for key, value in shares.items()}
+        rewards, extras = self.reward.finalize(totals)
+        self.update_count += 1
+        names = self.sampler.names
+        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None),
+                  "rewards": dict(zip(names, map(float, rewards)))}
+        try:
+            probabilities = self.scorer.update(rewards)
+        except NonFiniteRewardError as error:
+            logger.warning("Skipping the balancing update at step %d: %s. p stays %s.", step, error,
+                           dict(zip(names, self.sampler.probabilities.round(4).tolist())))
+            probabilities = None
+            record["skipped"] = str(error)
+        if probabilities is not None:
+            self.sampler.set_probabilities(probabilities)
+        record["probabilities"] = dict(zip(names, self.sampler.probabilities.tolist()))
+        record.update(extras)
+        record["seconds"] = time.perf_counter() - start
+        if is_world_process_zero and output_dir is not None:
+            os.makedirs(output_dir, exist_ok=True)
+            with open(os.path.join(output_dir, HISTORY_FILE), "a", encoding="utf-8") as history:
+                history.write(json.dumps(record) + "\n")
+        if self.log_fn is not None:
+            logs = {f"balance/p_{n}": record["probabilities"][n] for n in names}
+            logs.update({f"balance/reward_{n}": record["rewards"][n] for n in names})
+            logs["balance/seconds"] = record["seconds"]
+            self.log_fn(logs)
+        return record
+
+    def _token_batches(self, dataset, lengths: np.ndarray, tokens: int, corpus: int, purpose: int) -> list[dict]:
+        rng = np.random.default_rng([self.seed, self.update_count, purpose, corpus])
+        chosen = draw_token_batch(lengths, tokens, rng)
+        return [self.collate_fn(_rows(dataset, chunk)) for chunk in split_by_tokens(chosen, lengths, self.sub_batch_tokens)]
+
+    def _shard(self) -> tuple[int, int]:
+        if self.accelerator is None:
+            return 0, 1
+        return self.accelerator.process_index, self.accelerator.num_processes
+
+    def _sum_over_ranks(self, value: np.ndarray) -> np.ndarray:
+        if self.accelerator is None or self.accelerator.num_processes == 1:
+            return np.asarray(value, dtype=np.float64)
+        tensor = torch.as_tensor(np.asarray(value, dtype=np.float64), device=self.accelerator.device)
+        return self.accelerator.reduce(tensor, reduction="sum").cpu().numpy()
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {
+            "strategy": self.strategy,
+            "update_count": self.update_count,
+            "sampler": self.sampler.state_dict(),
+            "scorer": self.scorer.state_dict() if self.scorer is not None else None,
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if state["strategy"] != self.strategy:
+            raise ValueError(
+                f"The checkpoint was trained with strategy {state['strategy']!r}, this run uses {self.strategy!r}; "
+                "resume with the same strategy or start a new run."
+            )
+        self.update_count = int(state["update_count"])
+        self.sampler.load_state_dict(state["sampler"])
+        if self.scorer is not None:
+            self.scorer.load_state_dict(state["scorer"])
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.state_dict(), f)
+
+    def load(self, path: str) -> None:
+        with open(path, encoding="utf-8") as f:
+            self.load_state_dict(json.load(f))
+
+
+def _rows(dataset, indices: Sequence[int]) -> list[dict]:
+    columns = [c for c in ("input_ids", "attention_mask", "labels") if c in dataset.column_names]
+    batch = dataset.select_columns(columns)[np.asarray(indices).tolist()]
+    return [dict(zip(batch, values)) for values in zip(*batch.values())]
+
+
+def _target_lengths(dataset) -> np.ndarray:
+    return example_lengths(dataset, columns=("labels",))
+
+
+def _check_same_corpora(names: Sequence[str], corpora: Mapping[str, Any], kind: str) -> None:
+    missing = [n for n in names if n not in corpora]
+    extra = [n for n in corpora if n not in names]
+    if missing:
+        raise ValueError(f"Training corpus {missing[0]!r} has no {kind} set; give one {kind} set per training corpus.")
+    if extra:
+        raise ValueError(f"{kind.capitalize()} set {extra[0]!r} has no training corpus of the same name.")
+    for n in names:
+        if len(corpora[n]) == 0:
+            raise ValueError(f"The {kind} set of corpus {n!r} is empty.")

@@ -1,0 +1,137 @@
+"""Model presets: the paper's Transformer sizes as ``MarianConfig`` keyword arguments, plus CPU sizes.
+
+The paper trains fairseq Transformers from scratch; ``MarianMTModel`` is the same architecture (post-norm
+encoder-decoder, sinusoidal positions, embeddings scaled by sqrt(d_model), shared joint-vocabulary
+embeddings) and is what ``Helsinki-NLP/opus-mt-*`` checkpoints load into, so one code path serves both a
+model trained from a preset and a pretrained checkpoint. The presets use fairseq's ReLU feed-forward.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    GenerationConfig,
+    MarianConfig,
+    MarianMTModel,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+_FAIRSEQ_STYLE: dict[str, Any] = {
+    "activation_function": "relu",
+    "scale_embedding": True,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "share_encoder_decoder_embeddings": True,
+    "tie_word_embeddings": True,
+}
+
+
+def _transformer(layers: int, heads: int, d_model: int, ffn: int, dropout: float, max_positions: int) -> dict[str, Any]:
+    return {
+        **_FAIRSEQ_STYLE,
+        "encoder_layers": layers,
+        "decoder_layers": layers,
+        "encoder_attention_heads": heads,
+        "decoder_attention_heads": heads,
+        "d_model": d_model,
+        "encoder_ffn_dim": ffn,
+        "decoder_ffn_dim": ffn,
+        "dropout": dropout,
+        "max_position_embeddings": max_positions,
+    }
+
+
+#: ``MarianConfig`` keyword arguments per preset (vocabulary and special-token ids come from the tokenizer).
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    # Paper, multilingual (TED-8) experiments: fairseq `transformer_iwslt_de_en`.
+    "transformer_iwslt_de_en": _transformer(layers=6, heads=4, d_model=512, ffn=1024, dropout=0.3, max_positions=1024),
+    # Paper, multi-domain experiments: fairseq `transformer` (base).
+    "transformer_base": _transformer(layers=6, heads=8, d_model=512, ffn=2048, dropout=0.1, max_positions=1024),
+    # Learns within minutes on a couple of CPU cores (bundled-data demos).
+    "small": _transformer(layers=3, heads=4, d_model=256, ffn=1024, dropout=0.1, max_positions=256),
+    # Unit tests only.
+    "tiny": _transformer(layers=1, heads=2, d_model=32, ffn=64, dropout=0.1, max_positions=128),
+}
+
+_DEFAULT_NUM_BEAMS = 4
+_DEFAULT_GENERATION_MAX_LENGTH = 256
+
+
+def build_model(
+    preset_or_path: str,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    num_beams: int | None = None,
+    max_length: int | None = None,
+    **overrides: Any,
+) -> PreTrainedModel:
+    """A randomly initialised ``MarianMTModel`` from a preset, or a pretrained seq2seq model.
+
+    Args:
+        preset_or_path: a key of :data:`MODEL_PRESETS`, a local model directory (``save_pretrained``
+            output) or a Hub id ``org/name``. Remote code is never executed.
+        tokenizer: sets the vocabulary size and the pad/EOS ids of a preset model; a pretrained model
+            whose vocabulary is smaller than ``len(tokenizer)`` (added language tags) is resized.
+        num_beams, max_length: generation defaults stored in ``model.generation_config``. For a preset
+            they default to 4 beams and ``min(256, max_position_embeddings)`` tokens; for a pretrained
+            model its own generation config is kept unless they are given.
+        **overrides: ``MarianConfig`` fields (e.g. ``dropout=0.2``) on top of the preset, or config
+            attributes passed to ``from_pretrained``.
+    """
+    if preset_or_path in MODEL_PRESETS:
+        model = _model_from_preset(preset_or_path, tokenizer, overrides)
+        num_beams = _DEFAULT_NUM_BEAMS if num_beams is None else num_beams
+        max_length = max_length or min(_DEFAULT_GENERATION_MAX_LENGTH, model.config.max_position_embeddings)
+    elif Path(preset_or_path).is_dir() or ("/" in preset_or_path and not Path(preset_or_path).exists()):
+        model = _pretrained_model(preset_or_path, tokenizer, overrides)
+    else:
+        raise ValueError(
+            f"Unknown model {preset_or_path!r}: not a preset ({sorted(MODEL_PRESETS)}), not a local model directory, "
+            "and not a Hub id of the form 'org/name'."
+        )
+    if num_beams is not None:
+        model.generation_config.num_beams = num_beams
+    if max_length is not None:
+        model.generation_config.max_length = max_length
+    return model
+
+
+def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
+    """Number of distinct parameters (tied/shared embeddings are counted once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def _model_from_preset(preset: str, tokenizer: PreTrainedTokenizerBase, overrides: dict[str, Any]) -> MarianMTModel:
+    if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+        raise ValueError("The tokenizer needs a pad and an EOS token to build a translation model from a preset.")
+    vocab_size = len(tokenizer)
+    special_ids = {
+        "vocab_size": vocab_size,
+        "decoder_vocab_size": vocab_size,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "forced_eos_token_id": tokenizer.eos_token_id,
+        "decoder_start_token_id": tokenizer.pad_token_id,  # Marian convention
+        "bos_token_id": None,
+    }
+    unknown = sorted(set(overrides) - set(MarianConfig.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"Unknown MarianConfig fields {unknown} in build_model overrides.")
+    config = MarianConfig(**{**MODEL_PRESETS[preset], **special_ids, **overrides})
+    model = MarianMTModel(config)
+    model.generation_config = GenerationConfig.from_model_config(config)
+    return model
+
+
+def _pretrained_model(path: str, tokenizer: PreTrainedTokenizerBase, overrides: dict[str, Any]) -> PreTrainedModel:
+    if overrides.pop("trust_remote_code", False):
+        raise ValueError("build_model never runs remote code; use a model that transformers supports natively.")
+    model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=False, **overrides)
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer))
+    return model

@@ -1,0 +1,341 @@
+"""Which corpus, and which of its examples, each training batch holds.
+
+``datasets.interleave_datasets`` fixes the mixing probabilities when it is called, so a balancer that
+re-learns them during training has to own the sampling. :class:`CorpusBatchSampler` is a PyTorch batch
+sampler over the concatenation of N corpora that draws each batch's corpus *lazily* from the live
+probability vector (paper, Algorithm 1): a call to :meth:`~CorpusBatchSampler.set_probabilities` takes
+effect from the next batch the sampler yields.
+
+**Prefetch lag.** PyTorch iterates a batch sampler in the main process, also with worker processes, but
+the DataLoader asks for batches ahead of the training step: ``num_workers * prefetch_factor`` batches with
+workers, and accelerate's ``DataLoaderShard`` one more to detect the end of an epoch. A new probability
+vector therefore reaches training after at most that many batches (1–2 with the default
+``dataloader_num_workers=0``). Where it took effect is recorded, so a replay is exact either way.
+
+**What an epoch is.** ``len(sampler)`` batches: as many as one pass over every corpus makes (the sum of
+the corpora's batch counts). Which corpora fill them follows p, so within an epoch a corpus may be seen
+more than once (its examples are reshuffled each time it is exhausted) or only in part. Each corpus keeps
+its own shuffled stream of batches; the batches are built once (token budget: examples sorted by length and
+packed greedily, fairseq style) and their order is reshuffled per epoch and per pass through the corpus.
+
+**Determinism.** An epoch's batch sequence is a pure function of (seed, epoch, probability schedule):
+the uniform draws that pick corpora and the per-corpus shuffles come from generators seeded by
+``(seed, epoch, ...)`` and do not depend on p. Every rank under ``accelerate`` therefore draws the same
+sequence as long as it receives the same probabilities at the same point, and keeps its own slice.
+
+**Resume.** :meth:`state_dict` holds the epoch, the probabilities it started with and every change with
+the batch position where it took effect. After :meth:`load_state_dict`, iterating replays the saved epoch
+from its start with the same changes at the same positions, so skipping the batches already trained (what
+the Trainer does with ``skip_first_batches``) continues the exact sequence; new changes apply from there.
+As with ``DistributedSampler``, ``set_epoch`` selects the epoch; without it, each completed pass moves on
+to the next epoch by itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .priors import temperature_prior, validate_probabilities
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class _Change:
+    position: int
+    probabilities: np.ndarray
+
+
+def example_lengths(dataset, columns: Sequence[str] = ("input_ids", "labels")) -> np.ndarray:
+    """Per-example size in tokens, max over ``columns`` (fairseq counts max(source, target) length).
+
+    Reads the list lengths from the Arrow columns directly, so it is fast on memory-mapped corpora with
+    millions of rows (no Python loop, no decoding of the token ids).
+    """
+    import pyarrow.compute as pc
+
+    table = dataset.with_format("arrow")[:] if dataset._indices is not None else dataset.data
+    present = [c for c in columns if c in table.column_names]
+    if not present:
+        raise ValueError(
+            f"Cannot size examples: none of the columns {list(columns)} is present (found {table.column_names}). "
+            "Tokenize the corpus first."
+        )
+    sizes = [np.asarray(pc.list_value_length(table.column(c)).to_numpy(zero_copy_only=False)) for c in present]
+    return np.maximum.reduce(sizes).astype(np.int64)
+
+
+class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Batches over N concatenated corpora, each batch's corpus drawn from live probabilities.
+
+    Batches vary in size, so ``batch_size`` is ``None``: that is how accelerate's ``BatchSamplerShard``
+    learns not to treat a short batch as the incomplete last one.
+
+    Args:
+        lengths: per corpus (in concatenation order), the token size of every example. Yielded indices are
+            global: ``offsets[name] + local index``, matching ``datasets.concatenate_datasets`` in this order.
+        probabilities: initial distribution over the corpora (default: proportional to size).
+        max_tokens: token budget per batch, padding counted (``len(batch) * max(size)``); examples of similar
+            length are grouped. Mutually exclusive with ``batch_size``.
+        batch_size: examples per batch, when no token budget is given.
+        mix_corpora: instance-level mixing: the corpus is drawn per example, so a batch mixes corpora.
+        seed: base seed; every rank must use the same one.
+    """
+
+    batch_size = None
+    drop_last = False
+
+    def __init__(
+        self,
+        lengths: Mapping[str, Sequence[int] | np.ndarray],
+        probabilities: Sequence[float] | None = None,
+        *,
+        max_tokens: int | None = None,
+        batch_size: int | None = None,
+        mix_corpora: bool = False,
+        seed: int = 0,
+    ) -> None:
+        if not lengths:
+            raise ValueError("CorpusBatchSampler needs at least one corpus, got none.")
+        if (max_tokens is None) == (batch_size is None):
+            raise ValueError("Give exactly one of max_tokens (token budget) or batch_size (examples per batch).")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        self.names: list[str] = list(lengths)
+        self.lengths = [np.asarray(lengths[name], dtype=np.int64) for name in self.names]
+        self.sizes = np.array([len(x) for x in self.lengths], dtype=np.int64)
+        for name, size in zip(self.names, self.sizes):
+            if size == 0:
+                raise ValueError(f"Corpus {name!r} is empty; remove it or check its data files and filters.")
+        if max_tokens is not None:
+            if max_tokens < 1:
+                raise ValueError(f"max_tokens must be >= 1, got {max_tokens}.")
+            for name, sizes in zip(self.names, self.lengths):
+                longest = int(sizes.max())
+                if longest > max_tokens:
+                    raise ValueError(
+                        f"max_tokens={max_tokens} is smaller than the longest example of corpus {name!r} "
+                        f"({longest} tokens at index {int(sizes.argmax())}); raise max_tokens or lower the maximum "
+                        "sequence length."
+                    )
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+        self.max_tokens = max_tokens
+        self.examples_per_batch = batch_size
+        self.mix_corpora = mix_corpora
+        self.seed = int(seed)
+        # Token-budget batches are built once (local indices); example-count batches per pass (cheap).
+        self._token_batches = (
+            [self._pack_by_tokens(i) for i in range(len(self.names))] if max_tokens is not None else None
+        )
+        self._epoch_length = int(sum(self._num_corpus_batches(i) for i in range(len(self.names))))
+
+        p = temperature_prior(self.sizes, 1.0) if probabilities is None else probabilities
+        self._probabilities = validate_probabilities(p, self.names)
+        self.epoch = 0
+        self._epoch_start_probabilities = self._probabilities.copy()
+        self._schedule: list[_Change] = []
+        self._started = False
+        self._complete = False
+        self._drawn = 0
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def from_datasets(
+        cls,
+        corpora: Mapping[str, "object"],
+        probabilities: Sequence[float] | None = None,
+        *,
+        temperature: float = 1.0,
+        **kwargs,
+    ) -> "CorpusBatchSampler":
+        """Build from tokenized ``datasets.Dataset``s; the default probabilities are the τ prior."""
+        lengths = {name: example_lengths(dataset) for name, dataset in corpora.items()}
+        if probabilities is None:
+            probabilities = temperature_prior([len(x) for x in lengths.values()], temperature)
+        return cls(lengths, probabilities, **kwargs)
+
+    def _pack_by_tokens(self, corpus: int) -> list[np.ndarray]:
+        """Greedy fairseq-style packing of one corpus: sort by length, fill up to the padded budget."""
+        sizes = self.lengths[corpus]
+        tie_break = np.random.default_rng([self.seed, 7, corpus]).permutation(len(sizes))
+        order = tie_break[np.argsort(sizes[tie_break], kind="stable")]
+        sorted_sizes = sizes[order]
+        budget = self.max_tokens
+        batches, start, n = [], 0, len(order)
+        while start < n:
+            window = min(n - start, budget // max(int(sorted_sizes[start]), 1))
+            # Sizes are sorted, so the padded cost (k + 1) * size[start + k] grows with k: binary search.
+            cost = np.arange(1, window + 1) * np.maximum(sorted_sizes[start : start + window], 1)
+            count = max(int(np.searchsorted(cost, budget, side="right")), 1)
+            batches.append(order[start : start + count])
+            start += count
+        return batches
+
+    def _num_corpus_batches(self, corpus: int) -> int:
+        if self._token_batches is not None:
+            return len(self._token_batches[corpus])
+        return math.ceil(int(self.sizes[corpus]) / self.examples_per_batch)
+
+    # ------------------------------------------------------------------ probabilities
+    @property
+    def probabilities(self) -> np.ndarray:
+        """The live distribution over corpora (a copy)."""
+        return self._probabilities.copy()
+
+    def set_probabilities(self, probabilities: Sequence[float] | Mapping[str, float]) -> None:
+        """Use ``probabilities`` from the next batch drawn on (see the module notes on prefetch lag)."""
+        if isinstance(probabilities, Mapping):
+            missing = set(self.names) - set(probabilities)
+            if missing or len(probabilities) != len(self.names):
+                raise ValueError(f"Probabilities must name exactly the corpora {self.names}, got {list(probabilities)}.")
+            probabilities = [probabilities[name] for name in self.names]
+        p = validate_probabilities(probabilities, self.names)
+        self._probabilities = p
+        if not self._started:
+            self._epoch_start_probabilities = p.copy()
+        elif not self._complete:
+            # A change behind the current position would rewrite history: drop the abandoned future.
+            self._schedule = [c for c in self._schedule if c.position < self._drawn]
+            self._schedule.append(_Change(self._drawn, p.copy()))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration draws; the same epoch again means an exact replay."""
+        epoch = int(epoch)
+        if epoch != self.epoch:
+            self._begin_epoch(epoch)
+        else:
+            self._complete = False
+
+    def _begin_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._epoch_start_probabilities = self._probabilities.copy()
+        self._schedule = []
+        self._started = False
+        self._complete = False
+        self._drawn = 0
+
+    # ------------------------------------------------------------------ iteration
+    def __len__(self) -> int:
+        return self._epoch_length
+
+    def corpus_of(self, index: int) -> str:
+        """Name of the corpus a global example index belongs to."""
+        return self.names[int(np.searchsorted(self.offsets, index, side="right")) - 1]
+
+    def _corpus_stream(self, corpus: int) -> Iterator[np.ndarray]:
+        """Endless shuffled batches (local indices) of one corpus; reshuffled on every pass."""
+        for cycle in range(2**62):
+            rng = np.random.default_rng([self.seed, self.epoch, 1, corpus, cycle])
+            if self._token_batches is not None:
+                batches = self._token_batches[corpus]
+                for b in rng.permutation(len(batches)):
+                    yield batches[b]
+            else:
+                order = rng.permutation(int(self.sizes[corpus]))
+                for start in range(0, len(order), self.examples_per_batch):
+                    yield order[start : start + self.examples_per_batch]
+
+    def _example_stream(self, corpus: int) -> Iterator[int]:
+        """Endless shuffled examples of one corpus (instance-level mixing)."""
+        for cycle in range(2**62):
+            rng = np.random.default_rng([self.seed, self.epoch, 2, corpus, cycle])
+            yield from rng.permutation(int(self.sizes[corpus])).tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self._complete:
+            self._begin_epoch(self.epoch + 1)
+        self._started = True
+        self._drawn = 0  # batches yielded so far in this pass: where a new probability vector takes effect
+        uniforms = np.random.default_rng([self.seed, self.epoch, 0])
+        p = self._epoch_start_probabilities
+        next_change = 0
+        if self.mix_corpora:
+            streams = [self._example_stream(i) for i in range(len(self.names))]
+            pending: tuple[int, int] | None = None  # an example that did not fit the previous batch
+        else:
+            streams = [self._corpus_stream(i) for i in range(len(self.names))]
+        for position in range(self._epoch_length):
+            while next_change < len(self._schedule) and self._schedule[next_change].position <= position:
+                p = self._schedule[next_change].probabilities
+                next_change += 1
+            cumulative = np.cumsum(p)
+            if not self.mix_corpora:
+                corpus = _pick(cumulative, uniforms.random())
+                local = next(streams[corpus])
+                self._drawn = position + 1
+                yield (local + self.offsets[corpus]).tolist()
+                continue
+            batch: list[int] = []
+            longest = 0
+            while True:
+                if pending is None:
+                    corpus = _pick(cumulative, uniforms.random())
+                    pending = (corpus, next(streams[corpus]))
+                corpus, local = pending
+                size = int(self.lengths[corpus][local])
+                if self.max_tokens is not None:
+                    if batch and (len(batch) + 1) * max(longest, size) > self.max_tokens:
+                        break
+                elif len(batch) == self.examples_per_batch:
+                    break
+                batch.append(int(local + self.offsets[corpus]))
+                longest = max(longest, size)
+                pending = None
+            self._drawn = position + 1
+            yield batch
+        self._complete = True
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """JSON-serialisable state: enough to replay the current epoch exactly and continue."""
+        return {
+            "version": STATE_VERSION,
+            "corpora": dict(zip(self.names, self.sizes.tolist())),
+            "max_tokens": self.max_tokens,
+            "batch_size": self.examples_per_batch,
+            "mix_corpora": self.mix_corpora,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "started": self._started,
+            "complete": self._complete,
+            "probabilities": self._probabilities.tolist(),
+            "epoch_start_probabilities": self._epoch_start_probabilities.tolist(),
+            "schedule": [[c.position, c.probabilities.tolist()] for c in self._schedule],
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore a :meth:`state_dict`; the corpora and batching must be the ones it was saved with."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"Unsupported sampler state version {state.get('version')!r} (expected {STATE_VERSION}).")
+        saved = dict(state["corpora"])
+        current = dict(zip(self.names, self.sizes.tolist()))
+        if saved != current:
+            raise ValueError(
+                f"The saved sampler state is for corpora {saved} but this sampler has {current}; resume with the "
+                "same corpora, filters and tokenizer."
+            )
+        for key, attribute in (("max_tokens", "max_tokens"), ("batch_size", "examples_per_batch"), ("mix_corpora", "mix_corpora"), ("seed", "seed")):
+            if state[key] != getattr(self, attribute):
+                raise ValueError(
+                    f"The saved sampler state has {key}={state[key]!r} but this sampler has {getattr(self, attribute)!r}; "
+                    "resume with the same batching settings and seed."
+                )
+        self.epoch = int(state["epoch"])
+        self._started = bool(state["started"])
+        self._complete = bool(state["complete"])
+        self._probabilities = validate_probabilities(state["probabilities"], self.names)
+        self._epoch_start_probabilities = validate_probabilities(state["epoch_start_probabilities"], self.names)
+        self._schedule = [
+            _Change(int(position), validate_probabilities(p, self.names)) for position, p in state["schedule"]
+        ]
+        self._drawn = 0
+
+
+def _pick(cumulative: np.ndarray, u: float) -> int:
+    """Inverse-CDF draw: the corpus whose cumulative interval holds ``u`` (u drawn independently of p)."""
+    return min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")), len(cumulative) - 1)

@@ -1,0 +1,111 @@
+"""Training arguments for multi-corpus balancing.
+
+One dataclass, a subclass of :class:`~transformers.Seq2SeqTrainingArguments`, so that every field is
+settable from Python, from YAML and from the command line through ``HfArgumentParser`` exactly like the
+Trainer's own arguments (the TRL convention: ``<method>_config.py`` beside ``<method>_trainer.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import Seq2SeqTrainingArguments
+
+from .measures import MEASURES, RELEASED_CODE_MEASURES
+from .priors import STATIC_TEMPERATURES
+
+STATIC_STRATEGIES = tuple(STATIC_TEMPERATURES)
+DYNAMIC_STRATEGIES = ("multiuat", "multidds-s")
+STRATEGIES = STATIC_STRATEGIES + DYNAMIC_STRATEGIES
+MC_BATCH_MODES = ("auto", "loop", "replicate")
+
+
+@dataclass
+class UATConfig(Seq2SeqTrainingArguments):
+    """Seq2Seq training arguments plus the corpus-balancing knobs of MultiUAT and its baselines."""
+
+    strategy: str = field(
+        default="proportional",
+        metadata={"help": f"How corpora are mixed: one of {', '.join(STRATEGIES)}."},
+    )
+    prior_temperature: float | None = field(
+        default=None,
+        metadata={
+            "help": "τ of the prior q_τ ∝ size^(1/τ). Default: 1 for proportional, 5 for temperature, inf for "
+            "uniform; for multiuat / multidds-s the prior the scorer starts from (default 1)."
+        },
+    )
+    max_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token budget per batch (padding counted, max of source and target length), fairseq style. "
+            "When unset, batches hold per_device_train_batch_size examples."
+        },
+    )
+    mix_corpora: bool = field(
+        default=False,
+        metadata={"help": "Instance-level mixing: draw the corpus per example instead of per batch."},
+    )
+    measure: str = field(
+        default="enteos",
+        metadata={"help": f"MultiUAT uncertainty measure: one of {', '.join(MEASURES + RELEASED_CODE_MEASURES)}."},
+    )
+    mc_samples: int = field(default=30, metadata={"help": "K, Monte Carlo dropout passes per dev batch."})
+    update_every: int = field(default=1000, metadata={"help": "S, optimizer steps between two balancing updates."})
+    scorer_lr: float = field(default=1e-4, metadata={"help": "Adam learning rate of the corpus scorer ψ."})
+    scorer_steps: int = field(default=200, metadata={"help": "Adam steps on the scorer per balancing update."})
+    dev_batch_tokens: int = field(
+        default=1024, metadata={"help": "Target tokens of the dev batch drawn per corpus at each update."}
+    )
+    mc_batch_mode: str = field(
+        default="auto",
+        metadata={
+            "help": "How the K MC-dropout passes run: 'loop' (K forward passes), 'replicate' (the batch repeated "
+            "K times along the batch axis, in memory-bounded chunks) or 'auto' (replicate on GPU, loop on CPU)."
+        },
+    )
+    dds_train_batch_tokens: int = field(
+        default=1024, metadata={"help": "MultiDDS-S: target tokens of the fresh train batch per corpus."}
+    )
+    bleu_tokenize: str = field(
+        default="13a", metadata={"help": "sacreBLEU tokenizer (13a; 'zh', 'ja-mecab', 'char', ... for CJK targets)."}
+    )
+    predict_with_generate: bool = field(
+        default=True, metadata={"help": "Evaluate by generation (needed for BLEU/chrF)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"Unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+        if self.measure not in MEASURES + RELEASED_CODE_MEASURES:
+            raise ValueError(
+                f"Unknown measure {self.measure!r}; choose one of {', '.join(MEASURES + RELEASED_CODE_MEASURES)}."
+            )
+        if self.prior_temperature is not None and not self.prior_temperature > 0:
+            raise ValueError(
+                f"prior_temperature must be > 0 (1 = proportional, 5 = temperature, inf = uniform), "
+                f"got {self.prior_temperature}."
+            )
+        for name in ("mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 or unset, got {self.max_tokens}.")
+        if self.scorer_lr < 0:
+            raise ValueError(f"scorer_lr must be >= 0, got {self.scorer_lr}.")
+        if self.mc_batch_mode not in MC_BATCH_MODES:
+            raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")
+
+    @property
+    def effective_prior_temperature(self) -> float:
+        """The τ actually used: the explicit one, else the strategy's own (1 for dynamic strategies)."""
+        if self.prior_temperature is not None:
+            return float(self.prior_temperature)
+        return STATIC_TEMPERATURES.get(self.strategy, 1.0)
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.strategy in DYNAMIC_STRATEGIES
+
+

@@ -1,0 +1,254 @@
+"""A drop-in ``Seq2SeqTrainer`` that trains on many named corpora and evaluates each one separately.
+
+What it adds to the stock trainer, and why:
+
+* **Training data** is a dict of named, tokenized corpora. Batches come from a
+  :class:`~uat_hf.sampler.CorpusBatchSampler` (one corpus per batch, drawn from live probabilities),
+  because ``interleave_datasets`` cannot change its mix during training.
+* **Balancing** is a :class:`~uat_hf.callback.CorpusBalancingCallback` built from the arguments: static
+  priors, MultiUAT or MultiDDS-S all go through it (and it checkpoints the sampler and scorer).
+* **Evaluation** generates translations for each named dev/test corpus and scores them with sacreBLEU and
+  chrF on detokenized text (``eval_<corpus>_bleu``, ``eval_<corpus>_chrf``), plus their macro averages
+  ``eval_mean_bleu`` / ``eval_mean_chrf``, usable as ``metric_for_best_model="mean_bleu"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+from datasets import Dataset, concatenate_datasets
+from torch.utils.data import DataLoader
+from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer
+from transformers.trainer_utils import seed_worker
+
+from .callback import CorpusBalancingCallback
+from .metrics import macro_average, translation_scores
+from .priors import temperature_prior
+from .rewards import IGNORE_INDEX, BalancingReward, UncertaintyReward
+from .sampler import CorpusBatchSampler
+from .uat_config import UATConfig
+
+MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
+REFERENCE_COLUMN = "target_text"
+SIGNATURES_FILE = "metric_signatures.json"
+
+
+def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Dataset) -> DataLoader:
+    """The training DataLoader of ``trainer`` driven by ``sampler``, prepared by its accelerator.
+
+    Use it to make a stock ``Seq2SeqTrainer`` sample corpora this way: override its
+    ``get_train_dataloader`` to ``return corpus_dataloader(self, sampler, self.train_dataset)``.
+    """
+    args = trainer.args
+    columns = [c for c in dataset.column_names if c in MODEL_COLUMNS]
+    dataloader = DataLoader(
+        dataset.select_columns(columns),
+        batch_sampler=sampler,
+        collate_fn=trainer.data_collator,
+        num_workers=args.dataloader_num_workers,
+        pin_memory=args.dataloader_pin_memory,
+        persistent_workers=args.dataloader_persistent_workers and args.dataloader_num_workers > 0,
+        prefetch_factor=args.dataloader_prefetch_factor if args.dataloader_num_workers > 0 else None,
+        worker_init_fn=lambda worker_id: seed_worker(worker_id, args.dataloader_num_workers, args.process_index),
+    )
+    return trainer.accelerator.prepare(dataloader)
+
+
+def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
+    """The corpora's model columns concatenated in the dict's order (the sampler's global index space)."""
+    parts = []
+    for name, dataset in corpora.items():
+        missing = [c for c in ("input_ids", "labels") if c not in dataset.column_names]
+        if missing:
+            raise ValueError(
+                f"Training corpus {name!r} lacks the column(s) {missing} (has {dataset.column_names}); "
+                "tokenize it first (uat_hf.corpora.tokenize_corpus)."
+            )
+        parts.append(dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]))
+    return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+
+
+class UATTrainer(Seq2SeqTrainer):
+    """``Seq2SeqTrainer`` over a dict of named corpora with corpus balancing and per-corpus BLEU/chrF.
+
+    Args:
+        model: any Hugging Face encoder-decoder model (MarianMT, BART, T5, ...).
+        args: :class:`~uat_hf.uat_config.UATConfig`.
+        train_corpora: name → tokenized ``Dataset`` with ``input_ids``/``attention_mask``/``labels``.
+        dev_corpora: name → tokenized trusted dev set per training corpus (what MultiUAT/MultiDDS-S measure).
+        eval_corpora: name → tokenized sets to evaluate by generation (default: ``dev_corpora``). A
+            ``target_text`` column, when present, gives the references; otherwise the labels are decoded.
+        processing_class: the tokenizer (needed to decode translations).
+        Remaining keyword arguments go to ``Seq2SeqTrainer``.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module | None = None,
+        args: UATConfig | None = None,
+        *,
+        train_corpora: Mapping[str, Dataset],
+        dev_corpora: Mapping[str, Dataset] | None = None,
+        eval_corpora: Mapping[str, Dataset] | None = None,
+        processing_class: Any = None,
+        data_collator: Callable | None = None,
+        compute_metrics: Callable[[EvalPrediction], dict] | None = None,
+        callbacks: list | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "train_dataset" in kwargs or "eval_dataset" in kwargs:
+            raise TypeError("UATTrainer takes train_corpora / eval_corpora (dicts of named datasets), not train_dataset / eval_dataset.")
+        if args is None:
+            args = UATConfig(output_dir="uat_output")
+        if not isinstance(args, UATConfig):
+            raise TypeError(f"args must be a UATConfig (got {type(args).__name__}); it carries the balancing settings.")
+        if not train_corpora:
+            raise ValueError("train_corpora is empty; give at least one named training corpus.")
+        if processing_class is None:
+            raise ValueError("UATTrainer needs processing_class (the tokenizer) to batch inputs and decode translations.")
+        self.train_corpora = dict(train_corpora)
+        self.dev_corpora = dict(dev_corpora or {})
+        self.eval_corpora = dict(eval_corpora if eval_corpora is not None else self.dev_corpora)
+        for kind, corpora in (("training", self.train_corpora), ("dev", self.dev_corpora), ("evaluation", self.eval_corpora)):
+            for name, dataset in corpora.items():
+                if len(dataset) == 0:
+                    raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
+        if data_collator is None:
+            data_collator = DataCollatorForSeq2Seq(processing_class, model=model, label_pad_token_id=IGNORE_INDEX)
+        self._references = {name: _references(ds, processing_class) for name, ds in self.eval_corpora.items()}
+        self.metric_signatures: dict[str, str] = {}
+        self._current_references: list[str] | None = None
+
+        seed = args.data_seed if args.data_seed is not None else args.seed
+        self.corpus_sampler = CorpusBatchSampler.from_datasets(
+            self.train_corpora,
+            temperature=args.effective_prior_temperature,
+            max_tokens=args.max_tokens,
+            batch_size=None if args.max_tokens else args.per_device_train_batch_size,
+            mix_corpora=args.mix_corpora,
+            seed=seed,
+        )
+        super().__init__(
+            model=model,
+            args=args,
+            train_dataset=concatenate_corpora(self.train_corpora),
+            eval_dataset=self.eval_corpora or None,
+            processing_class=processing_class,
+            data_collator=data_collator,
+            compute_metrics=compute_metrics or self._translation_metrics,
+            callbacks=callbacks,
+            **kwargs,
+        )
+        self.balancing = CorpusBalancingCallback(
+            self.corpus_sampler,
+            strategy=args.strategy,
+            reward=self._build_reward(),
+            dev_corpora=self.dev_corpora,
+            train_corpora=self.train_corpora,
+            collate_fn=self.data_collator,
+            update_every=args.update_every,
+            dev_batch_tokens=args.dev_batch_tokens,
+            train_batch_tokens=args.dds_train_batch_tokens,
+            scorer_lr=args.scorer_lr,
+            scorer_steps=args.scorer_steps,
+            prior_temperature=args.effective_prior_temperature,
+            seed=seed,
+            accelerator=self.accelerator,
+            log_fn=self.log,
+        )
+        self.add_callback(self.balancing)
+
+    def _build_reward(self) -> BalancingReward | None:
+        args = self.args
+        if args.strategy == "multiuat":
+            return UncertaintyReward(
+                args.measure, args.mc_samples, eos_token_id=_eos_token_id(self.model, self.processing_class),
+                mode=args.mc_batch_mode,
+            )
+        if args.strategy == "multidds-s":
+            from .rewards import GradientCosineReward
+
+            return GradientCosineReward()
+        return None
+
+    # ------------------------------------------------------------------ data
+    def get_train_dataloader(self) -> DataLoader:
+        return corpus_dataloader(self, self.corpus_sampler, self.train_dataset)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(
+        self,
+        eval_dataset: Dataset | Mapping[str, Dataset] | str | None = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+        **gen_kwargs: Any,
+    ) -> dict[str, float]:
+        """Per-corpus generation metrics plus their macro averages (``<prefix>_mean_bleu``/``_chrf``)."""
+        if isinstance(eval_dataset, Dataset):
+            self._current_references = _references(eval_dataset, self.processing_class)
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix, **gen_kwargs)
+        if isinstance(eval_dataset, str):
+            corpora = {eval_dataset: self.eval_corpora[eval_dataset]}
+        else:
+            corpora = dict(eval_dataset) if eval_dataset is not None else self.eval_corpora
+        if not corpora:
+            raise ValueError("Nothing to evaluate: pass eval_corpora (or dev_corpora) to UATTrainer.")
+        metrics: dict[str, float] = {}
+        per_corpus: dict[str, dict[str, float]] = {}
+        for name, dataset in corpora.items():
+            self._current_references = (
+                self._references[name] if name in self._references and dataset is self.eval_corpora.get(name)
+                else _references(dataset, self.processing_class)
+            )
+            prefix = f"{metric_key_prefix}_{name}"
+            corpus_metrics = super().evaluate(dataset, ignore_keys, prefix, **gen_kwargs)
+            metrics.update(corpus_metrics)
+            if f"{prefix}_bleu" in corpus_metrics:
+                per_corpus[name] = {"bleu": corpus_metrics[f"{prefix}_bleu"], "chrf": corpus_metrics[f"{prefix}_chrf"]}
+        self._current_references = None
+        if per_corpus:
+            means = {
+                f"{metric_key_prefix}_mean_bleu": macro_average(per_corpus, "bleu"),
+                f"{metric_key_prefix}_mean_chrf": macro_average(per_corpus, "chrf"),
+            }
+            metrics.update(means)
+            self.log(means)
+            if self.is_world_process_zero() and self.metric_signatures:
+                os.makedirs(self.args.output_dir, exist_ok=True)
+                with open(os.path.join(self.args.output_dir, SIGNATURES_FILE), "w", encoding="utf-8") as f:
+                    json.dump(self.metric_signatures, f, indent=2)
+        return metrics
+
+    def _translation_metrics(self, prediction: EvalPrediction) -> dict[str, float]:
+        tokenizer = self.processing_class
+        predictions = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        predictions = np.where(predictions < 0, tokenizer.pad_token_id, predictions)
+        hypotheses = [h.strip() for h in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+        references = self._current_references
+        if references is None:
+            labels = np.where(prediction.label_ids < 0, tokenizer.pad_token_id, prediction.label_ids)
+            references = [r.strip() for r in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        # A distributed gather pads the last step with repeats of the first examples: drop them.
+        hypotheses = hypotheses[: len(references)]
+        scores, signatures = translation_scores(hypotheses, references, bleu_tokenize=self.args.bleu_tokenize)
+        self.metric_signatures.update(signatures)
+        return scores
+
+
+def _references(dataset: Dataset, tokenizer: Any) -> list[str]:
+    if REFERENCE_COLUMN in dataset.column_names:
+        return list(dataset[REFERENCE_COLUMN])
+    if "labels" not in dataset.column_names:
+        raise ValueError(f"An evaluation corpus needs a {REFERENCE_COLUMN!r} or 'labels' column (has {dataset.column_names}).")
+    return [t.strip() for t in tokenizer.batch_decode(dataset["labels"], skip_special_tokens=True)]
+
+
+def _eos_token_id(model: Any, tokenizer: Any) -> int | None:
+    eos = getattr(getattr(model, "config", None), "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return eos if eos is not None else getattr(tokenizer, "eos_token_id", None)
