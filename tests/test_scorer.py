@@ -26,7 +26,7 @@ def test_initial_probabilities_equal_prior_and_fit_is_exact():
     _assert_distribution(scorer.probabilities)
     np.testing.assert_allclose(scorer.probabilities, PRIOR, rtol=0, atol=1e-15)
     # started at the minimiser log q: no Adam step taken
-    np.testing.assert_array_equal(scorer.logits, torch.log(torch.tensor(PRIOR, dtype=torch.float64)).numpy())
+    np.testing.assert_array_equal(scorer.logits, torch.log(torch.from_numpy(scorer.prior)).numpy())
     assert scorer.fit_to_prior() < 1e-30
     assert scorer.update_count == 0
     assert scorer.state_dict()["adam"] is None  # the fit does not touch the update optimizer

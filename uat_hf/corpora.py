@@ -426,11 +426,14 @@ def _builder_for(file: Path) -> str | None:
 def _csv_kwargs(spec: CorpusSpec, file: Path) -> dict:
     """TSV/CSV: without field names, two header-less columns (source, target); with them, a header row."""
     delimiter = "\t" if ".tsv" in file.suffixes else ","
-    kwargs: dict = {"delimiter": delimiter, "keep_default_na": False, "dtype": str}
+    headerless = spec.source_field is None and spec.target_field is None
+    text_columns = ["source", "target"] if headerless else [spec.source_field, spec.target_field]
+    # Text stays text: no NaN for "NA"/"null", no numbers inferred for a column of digits.
+    kwargs: dict = {"delimiter": delimiter, "keep_default_na": False, "converters": dict.fromkeys(text_columns, str)}
     if delimiter == "\t":
         kwargs["quoting"] = 3  # csv.QUOTE_NONE: quotes are ordinary characters in tab-separated text
-    if spec.source_field is None and spec.target_field is None:
-        kwargs.update(header=None, names=["source", "target"])
+    if headerless:
+        kwargs.update(header=None, names=text_columns)
     return kwargs
 
 

@@ -1,0 +1,56 @@
+"""Shared fixtures: real tokenizers trained on the bundled text, tiny real Marian models, real datasets."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split  # noqa: E402
+from uat_hf.presets import build_model  # noqa: E402
+from uat_hf.tokenization import train_joint_tokenizer  # noqa: E402
+
+MULTIDOMAIN = BUNDLED_DIR / "multidomain-en-de"
+
+
+def multidomain_specs(max_examples: int = 400):
+    specs = corpus_specs_from_directory(MULTIDOMAIN, "en", "de")
+    for spec in specs:
+        spec.max_examples = max_examples
+    return specs
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """A joint BPE tokenizer trained on a slice of the bundled English–German sample."""
+    raw = [load_corpus_split(spec, "train") for spec in multidomain_specs(1000)]
+    return train_joint_tokenizer(raw, vocab_size=1200)
+
+
+@pytest.fixture(scope="session")
+def corpora(tokenizer):
+    """{split: {domain: tokenized Dataset}} for the 4 bundled domains (400 train pairs each)."""
+    data = load_corpora(multidomain_specs(400), tokenizer, max_source_length=48, max_target_length=48)
+    # Small dev/test sets keep generation-based evaluation fast.
+    for split in ("dev", "test"):
+        data[split] = {name: ds.select(range(24)) for name, ds in data[split].items()}
+    return data
+
+
+@pytest.fixture
+def tiny_model(tokenizer):
+    import torch
+
+    torch.manual_seed(0)
+    return build_model("tiny", tokenizer)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

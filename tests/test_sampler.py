@@ -1,0 +1,166 @@
+"""CorpusBatchSampler: frequencies, live updates, determinism, exact resume, token budget, mixing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from uat_hf.priors import temperature_prior, validate_probabilities
+from uat_hf.sampler import CorpusBatchSampler, example_lengths
+
+NAMES = ("big", "mid", "small")
+
+
+def lengths(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"big": rng.integers(1, 60, 3000), "mid": rng.integers(1, 40, 1000), "small": rng.integers(5, 20, 200)}
+
+
+def corpus_sequence(sampler, batches) -> list[str]:
+    return [sampler.corpus_of(batch[0]) for batch in batches]
+
+
+def test_priors():
+    np.testing.assert_allclose(temperature_prior([3, 1], 1.0), [0.75, 0.25])
+    np.testing.assert_allclose(temperature_prior([3, 1], float("inf")), [0.5, 0.5])
+    q5 = temperature_prior([3, 1], 5.0)
+    np.testing.assert_allclose(q5, np.array([0.75, 0.25]) ** 0.2 / (np.array([0.75, 0.25]) ** 0.2).sum())
+    assert q5[1] > 0.25  # flatter than proportional
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="prior_temperature"):
+            temperature_prior([3, 1], bad)
+    with pytest.raises(ValueError, match="'b'.*0 examples"):
+        temperature_prior({"a": 3, "b": 0}, 1.0)
+
+
+@pytest.mark.parametrize("bad, message", [([0.5, 0.6], "sum to"), ([-0.1, 1.1], "negative"), ([np.nan, 1.0], "finite"), ([1.0], "2 corpora")])
+def test_validate_probabilities_rejects(bad, message):
+    with pytest.raises(ValueError, match=message):
+        validate_probabilities(bad, ["a", "b"])
+
+
+@pytest.mark.parametrize("mix", [False, True])
+def test_frequencies_match_probabilities(mix):
+    """Chi-square goodness of fit of the drawn corpora (per batch, or per example when mixing) to p."""
+    p = np.array([0.2, 0.5, 0.3])
+    sampler = CorpusBatchSampler(lengths(), p, batch_size=4, mix_corpora=mix, seed=3)
+    counts = dict.fromkeys(NAMES, 0)
+    for epoch in range(6):
+        sampler.set_epoch(epoch)
+        for batch in sampler:
+            for index in (batch if mix else batch[:1]):
+                counts[sampler.corpus_of(index)] += 1
+    observed = np.array([counts[n] for n in NAMES])
+    result = stats.chisquare(observed, observed.sum() * p)
+    assert result.pvalue > 1e-3, (observed, observed.sum() * p)
+
+
+def test_uniform_differs_from_proportional_frequencies():
+    sampler = CorpusBatchSampler(lengths(), temperature_prior([3000, 1000, 200], float("inf")), batch_size=8)
+    seq = corpus_sequence(sampler, list(sampler))
+    assert abs(seq.count("small") / len(seq) - 1 / 3) < 0.06
+
+
+def test_changing_probabilities_mid_iteration_changes_following_batches():
+    sampler = CorpusBatchSampler(lengths(), [0.4, 0.3, 0.3], max_tokens=300, seed=1)
+    iterator = iter(sampler)
+    head = [next(iterator) for _ in range(20)]
+    assert len(set(corpus_sequence(sampler, head))) == 3
+    sampler.set_probabilities({"big": 0.0, "mid": 0.0, "small": 1.0})
+    tail = list(iterator)
+    assert tail and set(corpus_sequence(sampler, tail)) == {"small"}
+
+
+def test_same_seed_same_sequence_other_seed_differs():
+    a = list(CorpusBatchSampler(lengths(), max_tokens=300, seed=5))
+    b = list(CorpusBatchSampler(lengths(), max_tokens=300, seed=5))
+    c = list(CorpusBatchSampler(lengths(), max_tokens=300, seed=6))
+    assert a == b
+    assert a != c
+
+
+def test_epochs_differ_and_replay_the_same_epoch():
+    sampler = CorpusBatchSampler(lengths(), max_tokens=300, seed=5)
+    epoch0 = list(sampler)
+    epoch1 = list(sampler)  # a completed pass moves on to the next epoch by itself
+    assert sampler.epoch == 1 and epoch0 != epoch1
+    sampler.set_epoch(0)
+    assert list(sampler) == epoch0
+
+
+@pytest.mark.parametrize("mix", [False, True])
+def test_state_round_trip_resumes_exact_sequence_after_mid_epoch_changes(mix):
+    reference = CorpusBatchSampler(lengths(), [0.5, 0.3, 0.2], max_tokens=400, mix_corpora=mix, seed=11)
+    iterator = iter(reference)
+    drawn = [next(iterator) for _ in range(15)]
+    reference.set_probabilities([0.1, 0.1, 0.8])
+    drawn += [next(iterator) for _ in range(10)]
+    state = json.loads(json.dumps(reference.state_dict()))  # what a checkpoint stores
+    reference.set_probabilities([0.6, 0.2, 0.2])
+    expected_rest = list(iterator)
+
+    resumed = CorpusBatchSampler(lengths(), [0.5, 0.3, 0.2], max_tokens=400, mix_corpora=mix, seed=11)
+    resumed.load_state_dict(state)
+    replay = iter(resumed)
+    assert [next(replay) for _ in range(25)] == drawn  # the Trainer skips these
+    resumed.set_probabilities([0.6, 0.2, 0.2])
+    assert list(replay) == expected_rest
+    # The next epoch is the same too.
+    assert list(resumed) == list(reference)
+
+
+def test_load_state_rejects_other_corpora_or_settings():
+    state = CorpusBatchSampler(lengths(), max_tokens=400).state_dict()
+    other = lengths()
+    other["small"] = other["small"][:-1]
+    with pytest.raises(ValueError, match="corpora"):
+        CorpusBatchSampler(other, max_tokens=400).load_state_dict(state)
+    with pytest.raises(ValueError, match="max_tokens"):
+        CorpusBatchSampler(lengths(), max_tokens=500).load_state_dict(state)
+
+
+@pytest.mark.parametrize("mix", [False, True])
+def test_token_budget_respected_and_batches_single_corpus_unless_mixing(mix):
+    data = lengths()
+    flat = np.concatenate([data[n] for n in NAMES])
+    sampler = CorpusBatchSampler(data, max_tokens=256, mix_corpora=mix, seed=2)
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    for batch in batches:
+        assert len(batch) * flat[batch].max() <= 256
+    corpora_per_batch = [len({sampler.corpus_of(i) for i in b}) for b in batches]
+    if mix:
+        assert max(corpora_per_batch) > 1
+    else:
+        assert max(corpora_per_batch) == 1
+    # Token batches group similar lengths: far less padding than random batches of the same count.
+    padded = sum(len(b) * flat[b].max() for b in batches)
+    assert flat.sum() / padded > (0.6 if not mix else 0.3)
+
+
+def test_epoch_is_one_pass_worth_of_batches():
+    sampler = CorpusBatchSampler(lengths(), batch_size=10)
+    assert len(sampler) == 300 + 100 + 20
+    # With proportional p, every example of the epoch is seen about once.
+    seen = np.concatenate([np.asarray(b) for b in sampler])
+    assert len(np.unique(seen)) > 0.55 * 4200
+
+
+def test_invalid_inputs_are_named():
+    with pytest.raises(ValueError, match="'small' is empty"):
+        CorpusBatchSampler({"big": [3, 4], "small": []}, batch_size=2)
+    with pytest.raises(ValueError, match="smaller than the longest example of corpus 'big'"):
+        CorpusBatchSampler({"big": [3, 400]}, max_tokens=100)
+    with pytest.raises(ValueError, match="exactly one"):
+        CorpusBatchSampler({"big": [3]}, max_tokens=100, batch_size=3)
+
+
+def test_example_lengths_reads_arrow_lists(corpora):
+    dataset = corpora["train"]["bible"]
+    expected = [max(len(a), len(b)) for a, b in zip(dataset["input_ids"], dataset["labels"])]
+    assert example_lengths(dataset).tolist() == expected
+    subset = dataset.select([5, 1, 3])
+    assert example_lengths(subset).tolist() == [expected[5], expected[1], expected[3]]

@@ -1,0 +1,117 @@
+"""UATTrainer end to end on real data, a real tokenizer and a tiny real Marian model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback
+from uat_hf.sampler import CorpusBatchSampler
+from uat_hf.uat_config import UATConfig
+from uat_hf.uat_trainer import SIGNATURES_FILE, UATTrainer, concatenate_corpora, corpus_dataloader
+
+
+def make_args(tmp_path, **overrides) -> UATConfig:
+    settings = dict(
+        output_dir=str(tmp_path / "out"), max_steps=6, max_tokens=400, learning_rate=3e-3, report_to=[],
+        logging_steps=3, save_strategy="no", generation_max_length=16, per_device_eval_batch_size=12,
+        use_cpu=True, seed=0, disable_tqdm=True,
+    )
+    settings.update(overrides)
+    return UATConfig(**settings)
+
+
+def test_train_then_evaluate_gives_per_corpus_metric_keys(tmp_path, corpora, tokenizer, tiny_model):
+    trainer = UATTrainer(
+        tiny_model, make_args(tmp_path), train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+        eval_corpora=corpora["test"], processing_class=tokenizer,
+    )
+    result = trainer.train()
+    assert result.global_step == 6
+    metrics = trainer.evaluate()
+    for name in corpora["test"]:
+        assert 0.0 <= metrics[f"eval_{name}_bleu"] <= 100.0
+        assert 0.0 < metrics[f"eval_{name}_chrf"] <= 100.0
+    expected_mean = np.mean([metrics[f"eval_{n}_bleu"] for n in corpora["test"]])
+    assert metrics["eval_mean_bleu"] == pytest.approx(expected_mean)
+    assert "eval_mean_chrf" in metrics
+    signatures = json.loads((tmp_path / "out" / SIGNATURES_FILE).read_text())
+    assert "tok:13a" in signatures["bleu"] and "nc:6" in signatures["chrf"]
+
+
+def test_training_batches_follow_the_strategy(tmp_path, corpora, tokenizer, tiny_model):
+    """Uniform sampling over-samples the small corpus relative to proportional."""
+    shares = {}
+    for strategy in ("proportional", "uniform"):
+        train = dict(corpora["train"])
+        train["dictionary"] = train["dictionary"].select(range(40))
+        trainer = UATTrainer(
+            tiny_model, make_args(tmp_path, strategy=strategy), train_corpora=train, processing_class=tokenizer,
+        )
+        sampler = trainer.corpus_sampler
+        drawn = [sampler.corpus_of(batch[0]) for batch in sampler]
+        shares[strategy] = drawn.count("dictionary") / len(drawn)
+        np.testing.assert_allclose(
+            sampler.probabilities.sum(), 1.0
+        )
+    assert shares["uniform"] > 2 * shares["proportional"]
+
+
+def test_evaluation_references_are_raw_text(tmp_path, corpora, tokenizer, tiny_model):
+    """A model that outputs the reference scores 100 BLEU: references are the raw target text."""
+    trainer = UATTrainer(tiny_model, make_args(tmp_path), train_corpora=corpora["train"], processing_class=tokenizer,
+                         eval_corpora={"bible": corpora["test"]["bible"]})
+    from transformers import EvalPrediction
+
+    dataset = corpora["test"]["bible"]
+    # Keep the rows whose labels were not truncated at max_target_length.
+    dataset = dataset.filter(lambda row: len(row["labels"]) < 48)
+    assert len(dataset) > 5
+    labels = np.full((len(dataset), 64), -100)
+    for i, ids in enumerate(dataset["labels"]):
+        labels[i, : len(ids)] = ids
+    trainer._current_references = list(dataset["target_text"])
+    scores = trainer._translation_metrics(EvalPrediction(predictions=labels, label_ids=labels))
+    assert scores["bleu"] == pytest.approx(100.0)
+
+
+def test_bad_construction_is_rejected(tmp_path, corpora, tokenizer, tiny_model):
+    with pytest.raises(TypeError, match="train_corpora"):
+        UATTrainer(tiny_model, make_args(tmp_path), train_corpora=corpora["train"], train_dataset=corpora["train"]["bible"],
+                   processing_class=tokenizer)
+    with pytest.raises(ValueError, match="'bible' is empty"):
+        UATTrainer(tiny_model, make_args(tmp_path), train_corpora={"bible": corpora["train"]["bible"].select([])},
+                   processing_class=tokenizer)
+    with pytest.raises(ValueError, match="Unknown strategy 'greedy'"):
+        make_args(tmp_path, strategy="greedy")
+    with pytest.raises(ValueError, match="Unknown measure"):
+        make_args(tmp_path, measure="entropy")
+
+
+def test_callback_drives_a_stock_seq2seq_trainer(tmp_path, corpora, tokenizer, tiny_model):
+    """The sampler + callback also work with an unmodified Seq2SeqTrainer that uses our DataLoader."""
+    sampler = CorpusBatchSampler.from_datasets(corpora["train"], max_tokens=400, seed=0)
+    train = concatenate_corpora(corpora["train"])
+
+    class StockTrainer(Seq2SeqTrainer):
+        def get_train_dataloader(self):
+            return corpus_dataloader(self, sampler, self.train_dataset)
+
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path / "stock"), max_steps=4, report_to=[], use_cpu=True,
+                                    save_strategy="no", disable_tqdm=True)
+    trainer = StockTrainer(model=tiny_model, args=args, train_dataset=train, processing_class=tokenizer,
+                           data_collator=DataCollatorForSeq2Seq(tokenizer, model=tiny_model))
+    from uat_hf.rewards import UncertaintyReward
+
+    callback = CorpusBalancingCallback(
+        sampler, strategy="multiuat", reward=UncertaintyReward("exptp", 2), dev_corpora=corpora["dev"],
+        collate_fn=trainer.data_collator, update_every=2, accelerator=trainer.accelerator,
+    )
+    trainer.add_callback(callback)
+    trainer.train()
+    history = [json.loads(line) for line in (tmp_path / "stock" / HISTORY_FILE).read_text().splitlines()]
+    assert [h["step"] for h in history] == [2, 4]
+    assert set(history[0]["probabilities"]) == set(corpora["train"])
