@@ -116,6 +116,9 @@ class CorpusBalancingCallback(TrainerCallback):
         self.collate_fn = collate_fn
         self.train_batch_tokens = int(train_batch_tokens)
         self.update_count = 0
+        #: Checkpoint folder to restore from at the start of training; when unset and the Trainer resumes,
+        #: ``output_dir/checkpoint-<global_step>`` (where the Trainer itself saves) is used.
+        self.resume_from: str | None = None
         self.scorer: CorpusScorer | None = None
         self.dev_corpora = dict(dev_corpora or {})
         self.train_corpora = dict(train_corpora or {})
@@ -137,15 +140,19 @@ class CorpusBalancingCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ Trainer events
     def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step > 0:
-            path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}", STATE_FILE)
-            if os.path.isfile(path):
-                self.load(path)
-            else:
-                logger.warning(
-                    "Resuming at step %d but %s is missing: the corpus sampler restarts its epoch and the scorer its "
-                    "prior, so the run will not continue the exact same sequence.", state.global_step, path,
-                )
+        if state.global_step == 0:
+            return
+        folder = self.resume_from or os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.isfile(path):
+            logger.warning(
+                "Resuming at step %d but %s is missing: the corpus sampler restarts its epoch and the scorer its "
+                "prior, so the run will not continue the exact same sequence.", state.global_step, path,
+            )
+            return
+        self.load(path)
+        if state.is_world_process_zero:
+            _truncate_history(os.path.join(args.output_dir, HISTORY_FILE), state.global_step)
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         # The Trainer cannot always reach a sampler wrapped by accelerate (e.g. after skip_first_batches on
@@ -248,6 +255,16 @@ class CorpusBalancingCallback(TrainerCallback):
     def load(self, path: str) -> None:
         with open(path, encoding="utf-8") as f:
             self.load_state_dict(json.load(f))
+
+
+def _truncate_history(path: str, last_step: int) -> None:
+    """Drop records after the resumed step: the resumed run writes them again."""
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(kept)
 
 
 def _rows(dataset, indices: Sequence[int]) -> list[dict]:

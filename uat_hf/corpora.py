@@ -20,9 +20,10 @@ on memory-mapped Arrow data, so re-running a recipe does not redo the work.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import datasets
 from transformers import PreTrainedTokenizerBase
@@ -55,6 +56,7 @@ _DEFAULT_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 _TRANSLATION_FIELD = "translation"
 # File suffix (after an optional compression suffix) → datasets packaged builder.
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".tsv": "csv", ".csv": "csv", ".parquet": "parquet"}
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 _COMPRESSION_SUFFIXES = {".gz", ".bz2", ".xz", ".zst", ".lz4"}
 _DIRECTIONS = {
     "multi-domain": "multi-domain",
@@ -75,13 +77,20 @@ class CorpusSpec:
 
     * Local files: ``train``/``dev``/``test`` are file paths (``.jsonl``, ``.json``, ``.tsv``, ``.csv``,
       ``.parquet``, optionally compressed, e.g. ``.jsonl.gz``).
-    * A Hub dataset: ``path`` is a Hub id (``"wmt14"``) or a local directory laid out like a Hub dataset
+    * A Hub dataset: ``path`` is a Hub id (``"wmt/wmt14"``) or a local directory laid out like a Hub dataset
       repository (``data/train-00000-of-00001.parquet``, ``validation.jsonl``, README YAML configs...),
       ``hub_config`` its configuration (``"de-en"``), and ``train``/``dev``/``test`` are SPLIT names
       (defaults ``train``/``validation``/``test``).
 
+    A split value that is a directory or a Hub id (``org/name``) without ``path`` is loaded like ``path``
+    with the default split name.
+
     Rows use the ``{"translation": {source_lang: ..., target_lang: ...}}`` layout unless ``source_field``
-    and ``target_field`` name two text columns. A split left as ``None`` (local files) is absent:
+    and ``target_field`` name two text columns (columns already named ``source`` and ``target`` are used as
+    they are). TSV/CSV files: without field names, two header-less columns, source then target (quotes are
+    ordinary characters in TSV); with field names, the first line is a header.
+
+    A split left as ``None`` (local files) is absent:
     :func:`load_corpora` skips it, :func:`load_corpus_split` refuses it.
     """
 
@@ -325,7 +334,8 @@ def load_corpora(
             if spec.split_location(split) is None:
                 logger.info("Corpus %r has no %r split; skipped.", spec.name, split)
                 continue
-            pairs = preprocess(load_corpus_split(spec, split, cache_dir=cache_dir), preprocessing, corpus=spec.name, split=split)
+            raw = load_corpus_split(spec, split, cache_dir=cache_dir)
+            pairs = preprocess(raw, preprocessing, corpus=spec.name, split=split)
             pairs = add_language_tags(pairs, target_tag=tag_of[spec.name])
             result[split][spec.name] = tokenize_corpus(
                 pairs, tokenizer, max_source_length=max_source_length, max_target_length=max_target_length, num_proc=num_proc
@@ -389,12 +399,12 @@ def _load_raw(spec: CorpusSpec, split: str, location: str, cache_dir: str | None
     file = Path(location)
     builder = _builder_for(file)
     if builder is None:
-        if file.is_dir() or "/" in location:
+        if file.is_dir() or (_HUB_ID.fullmatch(location) and not file.exists()):
             # A Hub id or a directory laid out like a Hub repo given directly as the split value.
             return _load_hub(spec, location, _DEFAULT_HUB_SPLITS[split], split, cache_dir)
         raise ValueError(
             f"Corpus {spec.name!r} split {split!r}: cannot tell the format of {location!r}; use a file ending in "
-            f"{sorted(_FILE_BUILDERS)} (optionally .gz), or set CorpusSpec.path to a Hub dataset."
+            f"{sorted(_FILE_BUILDERS)} (optionally .gz), or set CorpusSpec.path to a Hub dataset ('org/name')."
         )
     if not file.is_file():
         raise FileNotFoundError(f"Corpus {spec.name!r} split {split!r}: file {location!r} does not exist.")
@@ -404,7 +414,8 @@ def _load_raw(spec: CorpusSpec, split: str, location: str, cache_dir: str | None
     except StopIteration as error:  # what the json builder raises on a file without a single row
         raise ValueError(f"Corpus {spec.name!r} split {split!r} ({location}) is empty.") from error
     except datasets.exceptions.DatasetGenerationError as error:
-        raise ValueError(f"Corpus {spec.name!r} split {split!r}: cannot read {location!r} as {builder}: {error.__cause__ or error}") from error
+        reason = error.__cause__ or error
+        raise ValueError(f"Corpus {spec.name!r} split {split!r}: cannot read {location!r} as {builder}: {reason}") from error
 
 
 def _load_hub(spec: CorpusSpec, path: str, hub_split: str, split: str, cache_dir: str | None) -> datasets.Dataset:
@@ -412,7 +423,9 @@ def _load_hub(spec: CorpusSpec, path: str, hub_split: str, split: str, cache_dir
         return datasets.load_dataset(path, spec.hub_config, split=hub_split, cache_dir=cache_dir)
     except (ValueError, FileNotFoundError) as error:
         config = f" (config {spec.hub_config!r})" if spec.hub_config else ""
-        message = f"Corpus {spec.name!r} split {split!r}: could not load split {hub_split!r} of dataset {path!r}{config}: {error}"
+        message = (
+            f"Corpus {spec.name!r} split {split!r}: could not load split {hub_split!r} of dataset {path!r}{config}: {error}"
+        )
         raise (FileNotFoundError if isinstance(error, FileNotFoundError) else ValueError)(message) from error
 
 
@@ -459,7 +472,7 @@ def _pair_fields(raw: datasets.Dataset, spec: CorpusSpec, split: str) -> dict[st
         pair = {"source": spec.source_field, "target": spec.target_field}
         for side, field in pair.items():
             if field is None:
-                raise ValueError(f"Corpus {spec.name!r}: set both source_field and target_field (only the other one is set).")
+                raise ValueError(f"Corpus {spec.name!r}: set both source_field and target_field, not just one.")
             if field not in columns:
                 raise ValueError(
                     f"Corpus {spec.name!r} split {split!r}: {side} field {field!r} not found; fields present: {columns}."

@@ -73,6 +73,20 @@ def mc_dropout(model: nn.Module, seed: int) -> Iterator[None]:
             module.training = training
 
 
+def dropout_rates(model: nn.Module) -> dict[str, float]:
+    """Every non-zero dropout rate the model would apply in training mode (config fields and modules)."""
+    rates: dict[str, float] = {}
+    config = getattr(model, "config", None)
+    if config is not None:
+        for key, value in config.to_dict().items():
+            if "dropout" in key and isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                rates[f"config.{key}"] = float(value)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
+            rates[name] = float(module.p)
+    return rates
+
+
 def _model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
@@ -141,6 +155,14 @@ class UncertaintyReward(BalancingReward):
         self.eos_token_id = eos_token_id
         self.mode = mode
         self.replicate_tokens = int(replicate_tokens)
+
+    def check_model(self, model: nn.Module) -> None:
+        """MC dropout on a model without dropout measures nothing: refuse before training starts."""
+        if not dropout_rates(model):
+            raise ValueError(
+                "strategy 'multiuat' measures uncertainty with Monte Carlo dropout, but every dropout rate of the "
+                "model is 0. Set a dropout rate (e.g. config.dropout=0.1) or choose a static strategy."
+            )
 
     def passes_for_rank(self, num_corpora: int, process_index: int, num_processes: int) -> np.ndarray:
         """How many of each corpus's K passes this rank runs (work item n·K + k goes to rank item mod P)."""

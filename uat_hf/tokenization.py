@@ -68,7 +68,8 @@ def train_joint_tokenizer(
     tokenizer.normalizer = _normalizer(lowercase)
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=_WORD_BOUNDARY, prepend_scheme="always", split=True)
     tokenizer.decoder = decoders.Metaspace(replacement=_WORD_BOUNDARY, prepend_scheme="always", split=True)
-    tokenizer.train_from_iterator(_iter_texts(texts_or_datasets), trainer=_trainer(model, vocab_size, specials, min_frequency))
+    trainer = _trainer(model, vocab_size, specials, min_frequency)
+    tokenizer.train_from_iterator(_iter_texts(texts_or_datasets), trainer=trainer)
     eos_id = tokenizer.token_to_id(EOS_TOKEN)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS_TOKEN}", pair=f"$A $B {EOS_TOKEN}", special_tokens=[(EOS_TOKEN, eos_id)]

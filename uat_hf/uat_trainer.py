@@ -23,11 +23,10 @@ import torch
 from datasets import Dataset, concatenate_datasets
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer
-from transformers.trainer_utils import seed_worker
+from transformers.trainer_utils import get_last_checkpoint, seed_worker
 
 from .callback import CorpusBalancingCallback
 from .metrics import macro_average, translation_scores
-from .priors import temperature_prior
 from .rewards import IGNORE_INDEX, BalancingReward, UncertaintyReward
 from .sampler import CorpusBatchSampler
 from .uat_config import UATConfig
@@ -165,15 +164,26 @@ class UATTrainer(Seq2SeqTrainer):
     def _build_reward(self) -> BalancingReward | None:
         args = self.args
         if args.strategy == "multiuat":
-            return UncertaintyReward(
+            reward = UncertaintyReward(
                 args.measure, args.mc_samples, eos_token_id=_eos_token_id(self.model, self.processing_class),
                 mode=args.mc_batch_mode,
             )
+            reward.check_model(self.model)
+            return reward
         if args.strategy == "multidds-s":
-            from .rewards import GradientCosineReward
+            from .gradient_cosine import GradientCosineReward
 
             return GradientCosineReward()
         return None
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
+        """As ``Trainer.train``; on resume the sampler and scorer continue from the same checkpoint."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No checkpoint found in output_dir {self.args.output_dir!r} to resume from.")
+        self.balancing.resume_from = resume_from_checkpoint or None
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:

@@ -1,0 +1,190 @@
+"""MultiUAT: MC-dropout rewards, the balancing callback and their guarantees, on real data and models."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from transformers import DataCollatorForSeq2Seq
+
+from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback, draw_token_batch, split_by_tokens
+from uat_hf.presets import build_model
+from uat_hf.rewards import (
+    UncertaintyReward,
+    batch_sentence_uncertainty,
+    mc_dropout,
+    target_logits,
+)
+from uat_hf.sampler import CorpusBatchSampler
+from uat_hf.uat_config import UATConfig
+from uat_hf.uat_trainer import UATTrainer
+
+
+@pytest.fixture
+def collate(tokenizer, tiny_model):
+    return DataCollatorForSeq2Seq(tokenizer, model=tiny_model)
+
+
+def dev_batch(corpora, collate, name="bible", count=12):
+    dataset = corpora["dev"][name].select_columns(["input_ids", "attention_mask", "labels"])
+    return collate([dataset[i] for i in range(count)])
+
+
+def test_mc_dropout_restores_modes_uses_no_autograd_and_spares_the_training_rng(tiny_model, corpora, collate):
+    tiny_model.eval()
+    tiny_model.model.decoder.train()  # a mixed state must come back exactly
+    before = {name: m.training for name, m in tiny_model.named_modules()}
+    batch = dev_batch(corpora, collate)
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    with mc_dropout(tiny_model, seed=0):
+        first = batch_sentence_uncertainty(tiny_model, batch, "exptp", None)
+        second = batch_sentence_uncertainty(tiny_model, batch, "exptp", None)
+        assert all(m.training for m in tiny_model.modules())
+    assert not first.requires_grad
+    assert not torch.equal(first, second)  # dropout is active: each pass has its own masks
+    assert {name: m.training for name, m in tiny_model.named_modules()} == before
+    assert torch.equal(torch.rand(3), expected_next)
+    with mc_dropout(tiny_model, seed=0):
+        assert torch.equal(batch_sentence_uncertainty(tiny_model, batch, "exptp", None), first)  # seeded
+
+
+def test_output_layer_only_at_target_positions_matches_full_logits(tiny_model, corpora, collate):
+    tiny_model.eval()
+    batch = dev_batch(corpora, collate)
+    mask = batch["labels"] != -100
+    with torch.no_grad():
+        full = tiny_model(**batch).logits[mask]
+        fast = target_logits(tiny_model, batch, mask)
+    assert fast.shape == full.shape and mask.sum() < mask.numel()  # padding was there and is skipped
+    torch.testing.assert_close(fast, full)
+
+
+def test_replicated_batch_equals_separate_passes_without_dropout(tokenizer, corpora):
+    model = build_model("tiny", tokenizer, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    collate = DataCollatorForSeq2Seq(tokenizer, model=model)
+    batches = [[dev_batch(corpora, collate)]]
+    loop = UncertaintyReward("entsent", 4, mode="loop").compute(model, batches)["rewards"]
+    replicate = UncertaintyReward("entsent", 4, mode="replicate", replicate_tokens=300).compute(model, batches)["rewards"]
+    np.testing.assert_allclose(loop, replicate, rtol=1e-5)
+
+
+def test_replicated_batch_matches_separate_passes_in_distribution(tiny_model, corpora, collate):
+    """Per-pass rewards from K separate passes and from one K-fold replicated batch: same distribution."""
+    batch = dev_batch(corpora, collate, count=6)
+    reward = UncertaintyReward("exptp", 1)
+    with mc_dropout(tiny_model, seed=1):
+        looped = torch.stack([reward._pass_sums(tiny_model, batch, 1, replicate=False)[0] for _ in range(120)])
+    with mc_dropout(tiny_model, seed=2):
+        replicated = reward._pass_sums(tiny_model, batch, 120, replicate=True)
+    assert looped.std() > 0 and replicated.std() > 0
+    assert stats.ks_2samp(looped.numpy(), replicated.numpy()).pvalue > 1e-3
+    assert stats.ks_2samp(looped.numpy(), looped.numpy() + 5 * looped.std().item()).pvalue < 1e-3  # the test has power
+
+
+def test_passes_are_split_across_ranks_without_overlap():
+    reward = UncertaintyReward("exptp", 30)
+    shares = [reward.passes_for_rank(4, rank, 3) for rank in range(3)]
+    assert np.array_equal(sum(shares), np.full(4, 30))
+    assert all(abs(share.sum() - 40) <= 1 for share in shares)
+
+
+def test_dev_batch_is_random_sorted_and_split_by_tokens():
+    lengths = np.random.default_rng(0).integers(1, 50, 500)
+    chosen = draw_token_batch(lengths, 1024, np.random.default_rng(1))
+    assert lengths[chosen].sum() >= 1024 and lengths[chosen[:-1]].sum() < 1024 + lengths[chosen].max()
+    assert np.all(np.diff(lengths[chosen]) >= 0)
+    assert not np.array_equal(chosen, draw_token_batch(lengths, 1024, np.random.default_rng(2)))
+    chunks = split_by_tokens(chosen, lengths, 200)
+    assert np.array_equal(np.concatenate(chunks), chosen)
+    assert all(len(c) == 1 or len(c) * lengths[c].max() <= 200 for c in chunks)
+
+
+def train_on(model, batches, steps: int, lr: float = 3e-3):
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for step in range(steps):
+        loss = model(**batches[step % len(batches)]).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("measure", ["enteos", "exptp"])
+def test_a_corpus_the_model_fits_worse_gains_probability(tiny_model, corpora, collate, tmp_path, measure):
+    """Train briefly on the bible only: the other corpora become relatively more uncertain and gain p."""
+    bible = corpora["train"]["bible"].select_columns(["input_ids", "attention_mask", "labels"])
+    batches = [collate([bible[i] for i in range(s, s + 16)]) for s in range(0, 320, 16)]
+    train_on(tiny_model, batches, 60)
+    sampler = CorpusBatchSampler.from_datasets(corpora["train"], max_tokens=400)
+    prior = sampler.probabilities
+    callback = CorpusBalancingCallback(
+        sampler, strategy="multiuat", reward=UncertaintyReward(measure, 3, eos_token_id=tiny_model.config.eos_token_id),
+        dev_corpora=corpora["dev"], collate_fn=collate, scorer_lr=1e-2, scorer_steps=50,
+    )
+    for step in (1, 2, 3):
+        record = callback.update(tiny_model, step, str(tmp_path))
+        assert record["rewards"]["bible"] < min(v for k, v in record["rewards"].items() if k != "bible")
+        p = sampler.probabilities
+        assert np.all(p >= 0) and p.sum() == pytest.approx(1.0)
+    bible = sampler.names.index("bible")
+    assert p[bible] < prior[bible]
+    assert p[bible] == p.min()  # the prior was uniform (equal sizes): the best-fitted corpus falls lowest
+    # The exact-expectation update moves p toward R / ΣR: corpora above the mean reward gain.
+    rewards = np.array([record["rewards"][n] for n in sampler.names])
+    assert np.array_equal(np.sign(p - prior), np.sign(rewards - rewards.mean()))
+    history = [json.loads(line) for line in (tmp_path / HISTORY_FILE).read_text().splitlines()]
+    assert [h["step"] for h in history] == [1, 2, 3]
+    assert history[-1]["probabilities"] == dict(zip(sampler.names, p.tolist()))
+    assert set(history[0]) >= {"step", "probabilities", "rewards", "strategy", "measure", "seconds"}
+    assert history[0]["measure"] == measure and history[0]["strategy"] == "multiuat"
+
+
+def test_trainer_updates_at_the_interval_and_logs_p(tmp_path, corpora, tokenizer, tiny_model):
+    args = UATConfig(
+        output_dir=str(tmp_path / "out"), strategy="multiuat", measure="entsent", mc_samples=2, update_every=3,
+        max_steps=7, max_tokens=400, report_to=[], logging_steps=100, save_strategy="no", use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+                         processing_class=tokenizer)
+    trainer.train()
+    history = [json.loads(line) for line in (tmp_path / "out" / HISTORY_FILE).read_text().splitlines()]
+    assert [h["step"] for h in history] == [3, 6]
+    logged = [entry for entry in trainer.state.log_history if "balance/p_bible" in entry]
+    assert len(logged) == 2
+    assert logged[-1]["balance/p_bible"] == pytest.approx(history[-1]["probabilities"]["bible"])
+    np.testing.assert_allclose(trainer.corpus_sampler.probabilities, list(history[-1]["probabilities"].values()))
+
+
+def test_nonfinite_rewards_skip_the_update(tiny_model, corpora, collate, tmp_path, caplog):
+    sampler = CorpusBatchSampler.from_datasets(corpora["train"], max_tokens=400)
+    reward = UncertaintyReward("exptp", 1)
+    callback = CorpusBalancingCallback(sampler, strategy="multiuat", reward=reward, dev_corpora=corpora["dev"],
+                                       collate_fn=collate)
+    before = sampler.probabilities
+    reward.finalize = lambda totals: (np.array([np.nan, 0.1, 0.1, 0.1]), {})  # e.g. an fp16 overflow
+    with caplog.at_level("WARNING"):
+        record = callback.update(tiny_model, 5, str(tmp_path))
+    assert "Skipping the balancing update at step 5" in caplog.text
+    assert "skipped" in record
+    np.testing.assert_array_equal(sampler.probabilities, before)
+
+
+def test_multiuat_refuses_a_model_without_dropout(tmp_path, corpora, tokenizer):
+    model = build_model("tiny", tokenizer, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    args = UATConfig(output_dir=str(tmp_path), strategy="multiuat", max_tokens=400, report_to=[], use_cpu=True)
+    with pytest.raises(ValueError, match="every dropout rate of the model is 0"):
+        UATTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"], processing_class=tokenizer)
+
+
+def test_multiuat_needs_a_dev_set_per_training_corpus(tmp_path, corpora, tokenizer, tiny_model):
+    args = UATConfig(output_dir=str(tmp_path), strategy="multiuat", max_tokens=400, report_to=[], use_cpu=True)
+    dev = dict(corpora["dev"])
+    del dev["software"]
+    with pytest.raises(ValueError, match="Training corpus 'software' has no dev set"):
+        UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=dev, processing_class=tokenizer)

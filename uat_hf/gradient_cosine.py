@@ -1,0 +1,191 @@
+"""MultiDDS-S reward: how well each training corpus's gradient agrees with the dev gradients.
+
+R(j) = mean_i cos(∇θ L(dev_i), ∇θ L(train_j)) (Wang et al., 2020, "Balancing Training for Multilingual
+Neural Machine Translation"; the stochastic variant used as a baseline by MultiUAT). Gradients are taken
+over every trainable parameter at the current θ, on the fresh small dev and train batches the callback
+draws at each update, with dropout on as in training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .rewards import IGNORE_INDEX, BalancingReward, target_logits
+
+DEV_SHARING = ("auto", "recompute", "broadcast")
+
+
+@contextlib.contextmanager
+def training_dropout(model: nn.Module, seed: int) -> Iterator[None]:
+    """Dropout on as in training, autograd on, private seeded RNG; every module's flag and ``.grad`` restored.
+
+    Normalisation layers with running statistics (BatchNorm) stay in eval mode so measuring never updates
+    their buffers. The RNG is forked (CPU and the current CUDA device), so the training stream is untouched.
+    ``.grad`` is not written by the measurement (gradients come from :func:`torch.autograd.grad`); the
+    references are still put back afterwards, so even a hook that wrote them cannot leak into training.
+    """
+    modes = [(module, module.training) for module in model.modules()]
+    grads = [(p, p.grad) for p in model.parameters()]
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    try:
+        model.train()
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._NormBase):
+                module.eval()
+        with torch.random.fork_rng(devices=devices), torch.enable_grad():
+            torch.manual_seed(seed)
+            yield
+    finally:
+        for module, training in modes:
+            module.training = training
+        for p, grad in grads:
+            p.grad = grad
+
+
+def _token_loss_sum(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Summed token cross-entropy of ``batch`` (teacher-forced), computed at real target positions only."""
+    labels = batch["labels"]
+    mask = labels != IGNORE_INDEX
+    if "decoder_input_ids" in batch:
+        logits = target_logits(model, batch, mask)
+    else:  # let the model shift the labels itself
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "labels") if k in batch}
+        logits = model(**inputs).logits[mask]
+    return F.cross_entropy(logits.float(), labels[mask], reduction="sum")
+
+
+class GradientCosineReward(BalancingReward):
+    """MultiDDS-S: R(j) = mean over dev corpora i of cos(∇θ L(dev_i), ∇θ L(train_j)).
+
+    L is the mean token cross-entropy of a batch (plain, no label smoothing); a batch given as several
+    sub-batches is one loss, each sub-batch's gradient weighted by its share of the batch's target tokens.
+    The measurement leaves parameters, every ``.grad`` (tensor or ``None``), buffers, the optimizer and
+    the training RNG stream exactly as they were (see :func:`training_dropout`).
+
+    Memory: one flat float32 gradient vector per dev corpus on the model's device (N·|θ|·4 bytes), plus one
+    for the train gradient being scored and the transient per-parameter gradients of one backward pass. Train
+    gradients are computed one at a time and dotted against the stored dev vectors.
+
+    Cost per update: N dev + N train forward/backward passes (each on its batch) in total; the authors'
+    code runs N_dev × (1 + N_train). A gradient whose norm is 0 (e.g. an empty batch) has cosine 0.
+
+    Distributed runs (the callback sums every returned array over ranks): rank r scores the train corpora
+    j with j % P == r and returns the rows j of the N×N matrix (zeros elsewhere), so every entry comes from
+    exactly one rank, the others add exact zeros, and the summed matrix, the rewards and p are bit-identical
+    on every rank. The dev gradients are needed by every rank; ``dev_sharing`` chooses how they get there:
+
+    * ``recompute``: every rank computes all N dev gradients. No communication, but N + N/P backward
+      passes per rank (the N dev passes are duplicated P times).
+    * ``broadcast``: rank i % P computes dev gradient i and broadcasts it (``torch.distributed``) to the
+      others: 2N/P backward passes per rank plus N broadcasts of |θ| floats. Memory per rank is the same
+      (every rank must hold all N dev vectors to score its train rows). Cheaper whenever one backward pass
+      costs more than moving |θ| floats, which is the case with NCCL; with gloo on CPU it is about even.
+    * ``auto`` (default): ``broadcast`` when a ``torch.distributed`` process group spans exactly the
+      ``num_processes`` ranks the callback reports, else ``recompute``.
+
+    Either way each rank draws its dropout masks from its own seed (the callback seeds by rank), so which
+    dropout masks a gradient used depends on P; the result never depends on the rank reading it.
+
+    Gradients come from :func:`torch.autograd.grad`, which neither writes ``.grad`` nor fires
+    post-accumulate hooks (optimizer-in-backward setups would otherwise step during measurement). Reentrant
+    activation checkpointing (``use_reentrant=True``) does not support it; the Transformers default
+    (non-reentrant) does. Models sharded across ranks (FSDP, DeepSpeed ZeRO-3) are not supported.
+    """
+
+    needs_train_batches = True
+
+    def __init__(self, *, dev_sharing: str = "auto") -> None:
+        if dev_sharing not in DEV_SHARING:
+            raise ValueError(f"dev_sharing must be one of {', '.join(DEV_SHARING)}, got {dev_sharing!r}.")
+        self.dev_sharing = dev_sharing
+
+    # ------------------------------------------------------------------ gradients
+    @staticmethod
+    def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+        return [p for p in model.parameters() if p.requires_grad]
+
+    @staticmethod
+    def flat_gradient(
+        model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]], params: Sequence[nn.Parameter]
+    ) -> torch.Tensor:
+        """∇θ of the batch's mean token cross-entropy as one float32 vector (autograd as currently set)."""
+        device = params[0].device
+        flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=device)
+        tokens = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)
+        if tokens == 0:
+            return flat
+        for batch in batches:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            if not bool((batch["labels"] != IGNORE_INDEX).any()):
+                continue
+            loss = _token_loss_sum(model, batch) / tokens
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            offset = 0
+            for p, g in zip(params, grads):
+                if g is not None:
+                    flat[offset : offset + p.numel()].add_(g.reshape(-1).float())
+                offset += p.numel()
+            del grads, loss
+        return flat
+
+    def _use_broadcast(self, num_processes: int, process_index: int) -> bool:
+        if self.dev_sharing == "recompute" or num_processes == 1:
+            return False
+        ready = (
+            torch.distributed.is_available() and torch.distributed.is_initialized()
+            and torch.distributed.get_world_size() == num_processes
+            and torch.distributed.get_rank() == process_index
+        )
+        if self.dev_sharing == "broadcast" and not ready:
+            raise RuntimeError(
+                "dev_sharing='broadcast' needs an initialised torch.distributed process group whose world size and "
+                f"rank match the callback's ({num_processes} processes, this is {process_index})."
+            )
+        return ready
+
+    # ------------------------------------------------------------------ reward interface
+    def compute(self, model, dev_batches, train_batches=None, *, process_index=0, num_processes=1, seed=0):
+        if train_batches is None:
+            raise ValueError("GradientCosineReward needs train batches (needs_train_batches=True).")
+        if len(train_batches) != len(dev_batches):
+            raise ValueError(f"{len(train_batches)} train batches for {len(dev_batches)} dev batches.")
+        n = len(dev_batches)
+        cosine = np.zeros((n, n), dtype=np.float64)
+        params = self.trainable_parameters(model)
+        if not params:
+            raise ValueError("The model has no trainable parameters: MultiDDS-S has no gradient to compare.")
+        mine = [j for j in range(n) if j % num_processes == process_index]
+        broadcast = self._use_broadcast(num_processes, process_index)
+        with training_dropout(model, seed):
+            dev_vectors, dev_norms = [], []
+            for i, batches in enumerate(dev_batches):
+                owner = i % num_processes
+                if broadcast and owner != process_index:
+                    vector = torch.empty(sum(p.numel() for p in params), dtype=torch.float32, device=params[0].device)
+                else:
+                    vector = self.flat_gradient(model, batches, params)
+                if broadcast:
+                    torch.distributed.broadcast(vector, src=owner)
+                dev_vectors.append(vector)
+                dev_norms.append(torch.linalg.vector_norm(vector))
+            for j in mine:
+                train = self.flat_gradient(model, train_batches[j], params)
+                train_norm = torch.linalg.vector_norm(train)
+                for i, (dev, dev_norm) in enumerate(zip(dev_vectors, dev_norms)):
+                    denominator = float(dev_norm) * float(train_norm)
+                    value = float(torch.dot(dev, train)) / denominator if denominator > 0 else 0.0
+                    cosine[j, i] = min(1.0, max(-1.0, value))
+                del train
+            del dev_vectors
+        return {"cosine": cosine}
+
+    def finalize(self, totals):
+        cosine = np.asarray(totals["cosine"], dtype=np.float64)
+        rewards = cosine.mean(axis=1)
+        return rewards, {"cosine": cosine.tolist(), "cosine_axes": {"rows": "train", "columns": "dev"}}
