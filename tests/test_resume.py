@@ -1,0 +1,71 @@
+"""Exact resume: an interrupted run continued from its checkpoint equals the uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from uat_hf.callback import HISTORY_FILE, STATE_FILE
+from uat_hf.presets import build_model
+from uat_hf.uat_config import UATConfig
+from uat_hf.uat_trainer import UATTrainer
+
+
+class RecordingTrainer(UATTrainer):
+    """Remembers a fingerprint of every batch it trains on (which examples, in which order)."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self.trained_batches = getattr(self, "trained_batches", [])
+        self.trained_batches.append(inputs["input_ids"].tolist())
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
+def run(tmp_path, corpora, tokenizer, output, resume=None, max_steps=11):
+    torch.manual_seed(0)
+    model = build_model("tiny", tokenizer)
+    args = UATConfig(
+        output_dir=str(output), strategy="multiuat", measure="exptp", mc_samples=2, update_every=3,
+        scorer_lr=1e-2, scorer_steps=20, max_steps=max_steps, max_tokens=300, learning_rate=2e-3, warmup_steps=2,
+        save_strategy="steps", save_steps=5, report_to=[], use_cpu=True, seed=7, disable_tqdm=True,
+        logging_steps=100,
+    )
+    trainer = RecordingTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+                               processing_class=tokenizer)
+    trainer.train(resume_from_checkpoint=resume)
+    history = [json.loads(line) for line in (output / HISTORY_FILE).read_text().splitlines()]
+    return trainer, history
+
+
+def test_resume_mid_epoch_between_updates_continues_exactly(tmp_path, corpora, tokenizer):
+    full, full_history = run(tmp_path, corpora, tokenizer, tmp_path / "full")
+    # Interrupted run: the same run stopped after step 5 (a checkpoint between the updates at 3 and 6).
+    partial_dir = tmp_path / "partial"
+    shutil.copytree(tmp_path / "full" / "checkpoint-5", partial_dir / "checkpoint-5")
+    shutil.copy(tmp_path / "full" / HISTORY_FILE, partial_dir / HISTORY_FILE)  # holds records past step 5
+    saved = json.loads((partial_dir / "checkpoint-5" / STATE_FILE).read_text())
+    assert saved["update_count"] == 1 and saved["sampler"]["schedule"]  # p changed mid-epoch before the save
+
+    resumed, resumed_history = run(tmp_path, corpora, tokenizer, partial_dir, resume=True)
+
+    assert resumed.trained_batches == full.trained_batches[5:]  # same corpus choices and examples
+    assert [h["step"] for h in full_history] == [3, 6, 9]
+    for a, b in zip(full_history, resumed_history):
+        assert (a["step"], a["probabilities"], a["rewards"]) == (b["step"], b["probabilities"], b["rewards"])
+    assert len(resumed_history) == len(full_history)
+    assert resumed.balancing.scorer.state_dict() == full.balancing.scorer.state_dict()
+    assert resumed.corpus_sampler.state_dict() == full.corpus_sampler.state_dict()
+    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+
+
+def test_resume_with_other_strategy_is_refused(tmp_path, corpora, tokenizer):
+    run(tmp_path, corpora, tokenizer, tmp_path / "a", max_steps=5)
+    model = build_model("tiny", tokenizer)
+    args = UATConfig(output_dir=str(tmp_path / "a"), strategy="uniform", max_steps=8, max_tokens=300, report_to=[],
+                     use_cpu=True, seed=7, disable_tqdm=True)
+    trainer = UATTrainer(model, args, train_corpora=corpora["train"], processing_class=tokenizer)
+    with pytest.raises(ValueError, match="trained with strategy 'multiuat'"):
+        trainer.train(resume_from_checkpoint=True)
