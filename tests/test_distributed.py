@@ -1,0 +1,44 @@
+"""A real 2-process `accelerate launch` on CPU (gloo): rank-identical balancing, work split across ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port
+
+HERE = Path(__file__).parent
+
+
+def launch(script: Path, outdir: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()), str(script), str(outdir),
+    ]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.distributed
+def test_multiuat_two_ranks_agree_and_split_the_passes(tmp_path):
+    launch(HERE / "distributed" / "multiuat_run.py", tmp_path)
+    ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert all(json.loads((tmp_path / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
+    assert [r["step"] for r in ranks[0]] == [1, 2, 3, 4, 5, 6] == [r["step"] for r in ranks[1]]
+    for a, b in zip(*ranks):
+        assert a["p"] == b["p"]  # bit-identical probabilities after every step (and update)
+        assert a["sampler"] == b["sampler"]  # same epoch, schedule and positions: same corpus draws
+    assert ranks[0][0]["p"] != ranks[0][-1]["p"]  # the updates did move p
+    history = [json.loads(line) for line in (tmp_path / "run" / "balancing_history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == [2, 4, 6]  # written once, by the main process
+    # K·N passes per update split across the ranks, not duplicated: 3 updates × 4 corpora × 3 passes, each
+    # dev batch being one sub-batch here; half of them on each rank.
+    assert [ranks[r][-1]["passes"] for r in (0, 1)] == [18, 18]
