@@ -49,7 +49,7 @@ def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Datase
         batch_sampler=sampler,
         collate_fn=trainer.data_collator,
         num_workers=args.dataloader_num_workers,
-        pin_memory=args.dataloader_pin_memory,
+        pin_memory=args.dataloader_pin_memory and torch.cuda.is_available(),
         persistent_workers=args.dataloader_persistent_workers and args.dataloader_num_workers > 0,
         prefetch_factor=args.dataloader_prefetch_factor if args.dataloader_num_workers > 0 else None,
         worker_init_fn=lambda worker_id: seed_worker(worker_id, args.dataloader_num_workers, args.process_index),

@@ -1,0 +1,440 @@
+"""Command-line / recipe arguments for data and model, beside :class:`~uat_hf.uat_config.UATConfig`.
+
+``uat-train`` parses three dataclasses with ``HfArgumentParser``: ``UATConfig`` (training + balancing),
+:class:`DataArguments` (which corpora, how they are cleaned, what is evaluated) and :class:`ModelArguments`
+(model preset or checkpoint, tokenizer). A recipe (``recipe.yaml``) is one flat mapping of the fields of
+all three; every field can also be given on the command line (``--field value``), which beats the recipe.
+
+Field values are checked in ``__post_init__`` so that a bad recipe fails before any data is read, with a
+message that names the field and the value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..corpora import BUNDLED_DIR, SPLITS, CorpusSpec
+from ..presets import MODEL_PRESETS
+
+__all__ = [
+    "BUNDLED_PREFIX",
+    "DIRECTIONS",
+    "DataArguments",
+    "ModelArguments",
+    "resolve_bundled",
+]
+
+#: ``bundled:NAME`` in a path means ``uat_hf/bundled/NAME`` (the sample corpora shipped with the package).
+BUNDLED_PREFIX = "bundled:"
+DIRECTIONS = ("multi-domain", "many-to-one", "one-to-many", "m2o", "o2m", "x2en", "en2x")
+EVAL_SPLITS = ("dev", "test")
+LANGUAGE_TAG_MODES = ("auto", "target", "none")
+TOKENIZER_MODELS = ("bpe", "unigram")
+_SPEC_FIELDS = {f.name for f in fields(CorpusSpec)}
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def resolve_bundled(path: str | None) -> str | None:
+    """``"bundled:multidomain-en-de"`` → the absolute path of that bundled directory; other values unchanged."""
+    if path is None or not isinstance(path, str) or not path.startswith(BUNDLED_PREFIX):
+        return path
+    name = path[len(BUNDLED_PREFIX):].strip("/")
+    resolved = BUNDLED_DIR / name
+    if not resolved.exists():
+        available = sorted(p.name for p in BUNDLED_DIR.iterdir() if p.is_dir())
+        raise ValueError(f"{path!r}: no bundled data named {name!r}; available: {[BUNDLED_PREFIX + a for a in available]}.")
+    return str(resolved)
+
+
+def _as_list_of_mappings(value: Any, name: str) -> list[dict] | None:
+    """A YAML list of mappings, or the same as a JSON string (command line), → list of dicts."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{name}: expected a list of corpus mappings (YAML list, or JSON on the command line such as "
+                f"'[{{\"name\": \"kde4\", \"source_lang\": \"en\", \"target_lang\": \"de\", \"path\": \"Helsinki-NLP/kde4\"}}]'); "
+                f"could not parse {value!r}: {error}"
+            ) from None
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{name}: expected a list of corpus mappings, got {type(value).__name__} {value!r}.")
+    result = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ValueError(f"{name}[{i}]: expected a mapping with CorpusSpec fields, got {item!r}.")
+        unknown = sorted(set(item) - _SPEC_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"{name}[{i}] ({item.get('name', '?')}): unknown field(s) {unknown}; CorpusSpec fields are {sorted(_SPEC_FIELDS)}."
+            )
+        missing = [key for key in ("name", "source_lang", "target_lang") if not item.get(key)]
+        if missing:
+            raise ValueError(f"{name}[{i}] ({item.get('name', '?')}): missing required field(s) {missing}.")
+        result.append(dict(item))
+    names = [item["name"] for item in result]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"{name}: corpus names must be unique; repeated: {duplicates}.")
+    return result
+
+
+def _check_positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be a positive integer (or unset), got {value!r}.")
+
+
+@dataclass
+class DataArguments:
+    """Where the corpora come from, how they are cleaned and tokenized, and what is evaluated.
+
+    Give the training corpora in one of two ways:
+
+    * ``corpus_dir``: a directory of ``NAME.{train,dev,test}.jsonl.gz`` files (the layout of the bundled
+      samples and of ``../shared/corpora``), e.g. ``bundled:multidomain-en-de``, with ``direction``,
+      ``source_lang``/``target_lang`` and optionally ``corpora`` (which NAMEs, in order).
+    * ``corpus_specs``: a list of :class:`~uat_hf.corpora.CorpusSpec` mappings (Hub dataset ids with
+      ``path``/``hub_config`` or local files, ``source_field``/``target_field`` for two-column layouts).
+    """
+
+    _argument_group_name = "data (uat_hf.cli.DataArguments)"
+
+    corpus_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Directory of NAME.{train,dev,test}.jsonl.gz corpora (one corpus per NAME). "
+            "'bundled:multidomain-en-de' and 'bundled:multilingual-ddtp' name the samples shipped with uat_hf; "
+            "a relative path is relative to the working directory. Mutually exclusive with corpus_specs."
+        },
+    )
+    direction: str = field(
+        default="multi-domain",
+        metadata={
+            "help": "How the NAMEs of corpus_dir map to language pairs: 'multi-domain' (every NAME a domain of "
+            "source_lang→target_lang), 'many-to-one' / 'm2o' / 'x2en' (every NAME a source language, into "
+            "target_lang, default en), 'one-to-many' / 'o2m' / 'en2x' (from source_lang, default en, into "
+            "every NAME)."
+        },
+    )
+    source_lang: str | None = field(
+        default=None, metadata={"help": "Source language code (multi-domain and one-to-many)."}
+    )
+    target_lang: str | None = field(
+        default=None, metadata={"help": "Target language code (multi-domain and many-to-one)."}
+    )
+    corpora: list[str] | None = field(
+        default=None,
+        metadata={"help": "Which NAMEs of corpus_dir to train on, in this order (default: all, sorted)."},
+    )
+    corpus_specs: list[dict] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Training corpora as a list of CorpusSpec mappings (name, source_lang, target_lang, path, "
+            "hub_config, train/dev/test, source_field/target_field, max_examples). In YAML a list of mappings; "
+            "on the command line a JSON string. Mutually exclusive with corpus_dir."
+        },
+    )
+    eval_corpus_specs: list[dict] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Extra evaluation-only corpora (e.g. out-of-domain test sets), CorpusSpec mappings with at "
+            "least the eval_split; they are never trained on nor used for balancing."
+        },
+    )
+    max_train_examples: int | None = field(
+        default=None,
+        metadata={"help": "Keep the first N training pairs of every corpus (before cleaning; default: all)."},
+    )
+    max_eval_examples: int | None = field(
+        default=None,
+        metadata={
+            "help": "Evaluate on the first N sentences of each corpus's eval split only (faster; scores are then "
+            "not comparable to the full test set)."
+        },
+    )
+    max_source_length: int = field(
+        default=256, metadata={"help": "Truncate source sentences to this many subword tokens."}
+    )
+    max_target_length: int = field(
+        default=256, metadata={"help": "Truncate target sentences to this many subword tokens."}
+    )
+    max_length_ratio: float | None = field(
+        default=1.5,
+        metadata={
+            "help": "Training pairs whose word-length ratio exceeds this are dropped (Moses clean-corpus-n; the "
+            "paper's 1.5). Set to null/None to disable. Dev/test sets are never filtered."
+        },
+    )
+    max_source_words: int | None = field(
+        default=None, metadata={"help": "Drop training pairs with more source words than this."}
+    )
+    max_target_words: int | None = field(
+        default=None, metadata={"help": "Drop training pairs with more target words than this."}
+    )
+    dedupe: bool = field(default=True, metadata={"help": "Drop repeated (source, target) training pairs."})
+    language_tags: str = field(
+        default="auto",
+        metadata={
+            "help": "Target-language tag (>>de<<) on the source side: 'auto' (only when corpora have several "
+            "target languages, i.e. one-to-many), 'target' (always), 'none'."
+        },
+    )
+    eval_split: str = field(
+        default="test",
+        metadata={
+            "help": "Split evaluated at the end (and during training with eval_strategy): 'test' for the reported "
+            "scores, 'dev' for model selection (load_best_model_at_end with metric_for_best_model=mean_bleu)."
+        },
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes for tokenization (datasets.map num_proc)."}
+    )
+    dataset_cache_dir: str | None = field(
+        default=None, metadata={"help": "Cache directory for datasets.load_dataset (default: the HF cache)."}
+    )
+
+    def __post_init__(self) -> None:
+        self.corpus_specs = _as_list_of_mappings(self.corpus_specs, "corpus_specs")
+        self.eval_corpus_specs = _as_list_of_mappings(self.eval_corpus_specs, "eval_corpus_specs")
+        if (self.corpus_dir is None) == (self.corpus_specs is None):
+            raise ValueError(
+                "Give the training corpora either as corpus_dir (a NAME.{train,dev,test}.jsonl.gz directory or "
+                "'bundled:multidomain-en-de') or as corpus_specs (a list of corpus mappings), "
+                + ("not both." if self.corpus_dir is not None else "got neither.")
+            )
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {self.direction!r}.")
+        if self.corpus_dir is not None:
+            self.corpus_dir = resolve_bundled(self.corpus_dir)
+            if not Path(self.corpus_dir).is_dir():
+                raise ValueError(f"corpus_dir {self.corpus_dir!r} is not a directory.")
+            if self.direction == "multi-domain" and not (self.source_lang and self.target_lang):
+                raise ValueError("direction 'multi-domain' needs both source_lang and target_lang (e.g. en, de).")
+        elif self.corpora:
+            raise ValueError("corpora selects NAMEs of corpus_dir; with corpus_specs, list only the corpora you want.")
+        if isinstance(self.corpora, str):
+            self.corpora = [self.corpora]
+        if self.eval_split not in EVAL_SPLITS:
+            raise ValueError(f"eval_split must be one of {list(EVAL_SPLITS)}, got {self.eval_split!r}.")
+        if self.language_tags not in LANGUAGE_TAG_MODES:
+            raise ValueError(f"language_tags must be one of {list(LANGUAGE_TAG_MODES)}, got {self.language_tags!r}.")
+        _check_positive(
+            self, "max_train_examples", "max_eval_examples", "max_source_length", "max_target_length",
+            "max_source_words", "max_target_words", "preprocessing_num_workers",
+        )
+        if self.max_length_ratio is not None and not self.max_length_ratio >= 1:
+            raise ValueError(f"max_length_ratio must be >= 1 (or null to disable), got {self.max_length_ratio!r}.")
+
+    def split_names(self) -> tuple[str, ...]:
+        """Splits to load for the training corpora: train, dev (rewards) and the eval split."""
+        return tuple(s for s in SPLITS if s in ("train", "dev", self.eval_split))
+
+
+@dataclass
+class ModelArguments:
+    """Which model to train and which tokenizer it reads.
+
+    A preset name builds a randomly initialised MarianMT model of that size; a local directory or a Hub id
+    (``Helsinki-NLP/opus-mt-en-de``) loads a pretrained checkpoint. Without ``tokenizer_name_or_path`` a
+    preset gets a joint subword vocabulary trained on the training corpora (language tags as special
+    tokens), and a pretrained model its own tokenizer.
+    """
+
+    _argument_group_name = "model (uat_hf.cli.ModelArguments)"
+
+    model_name_or_path: str = field(
+        default="small",
+        metadata={
+            "help": f"A preset ({', '.join(MODEL_PRESETS)}), a local model directory or a Hub id (org/name). "
+            "transformer_iwslt_de_en and transformer_base are the paper's sizes; small trains on a CPU."
+        },
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A saved tokenizer (local directory or Hub id). Default: for a preset, train a joint "
+            "tokenizer on the training corpora; for a pretrained model, the model's own tokenizer."
+        },
+    )
+    vocab_size: int = field(
+        default=8000, metadata={"help": "Size of the trained joint vocabulary (special tokens included)."}
+    )
+    tokenizer_model: str = field(default="bpe", metadata={"help": "Trained tokenizer type: bpe or unigram."})
+    tokenizer_min_frequency: int = field(
+        default=2, metadata={"help": "BPE: a merge must occur at least this often in the training text."}
+    )
+    tokenizer_max_sentences: int | None = field(
+        default=None,
+        metadata={"help": "Train the tokenizer on at most this many pairs per corpus (default: all training pairs)."},
+    )
+    lowercase: bool = field(default=False, metadata={"help": "Lowercase all text in the trained tokenizer."})
+    dropout: float | None = field(
+        default=None, metadata={"help": "Override the model's dropout (paper: 0.3 multilingual, 0.1 multi-domain)."}
+    )
+    attention_dropout: float | None = field(default=None, metadata={"help": "Override the attention dropout."})
+    activation_dropout: float | None = field(default=None, metadata={"help": "Override the activation (FFN) dropout."})
+    model_overrides: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "More MarianConfig fields for a preset (or config attributes for a pretrained model), e.g. "
+            "{encoder_layers: 2, decoder_layers: 2}; a JSON string on the command line."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not self.model_name_or_path:
+            raise ValueError("model_name_or_path is empty; give a preset name, a model directory or a Hub id.")
+        name = self.model_name_or_path
+        if name not in MODEL_PRESETS and not Path(name).is_dir() and not (_HUB_ID.fullmatch(name) and not Path(name).exists()):
+            raise ValueError(
+                f"model_name_or_path {name!r} is not a preset ({', '.join(MODEL_PRESETS)}), not a local model "
+                "directory and not a Hub id of the form org/name."
+            )
+        if self.tokenizer_model not in TOKENIZER_MODELS:
+            raise ValueError(f"tokenizer_model must be one of {list(TOKENIZER_MODELS)}, got {self.tokenizer_model!r}.")
+        if self.vocab_size < 8:
+            raise ValueError(f"vocab_size must be a positive vocabulary size, got {self.vocab_size!r}.")
+        _check_positive(self, "tokenizer_min_frequency", "tokenizer_max_sentences")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
+        if isinstance(self.model_overrides, str):
+            try:
+                self.model_overrides = json.loads(self.model_overrides) if self.model_overrides.strip() else None
+            except json.JSONDecodeError as error:
+                raise ValueError(f"model_overrides: not a JSON object: {self.model_overrides!r} ({error}).") from None
+        if self.model_overrides is not None and not isinstance(self.model_overrides, dict):
+            raise ValueError(f"model_overrides must be a mapping of config fields, got {self.model_overrides!r}.")
+
+    @property
+    def is_preset(self) -> bool:
+        return self.model_name_or_path in MODEL_PRESETS
+
+    def config_overrides(self) -> dict[str, Any]:
+        """Config fields to set on the model: ``model_overrides`` plus the dropout fields that are set."""
+        overrides = dict(self.model_overrides or {})
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if getattr(self, name) is not None:
+                overrides[name] = getattr(self, name)
+        return overrides
+
+
+# --- parsing: recipe mapping + command line → dataclasses ------------------------------------------------
+
+CONFIG_FLAG = "--config"
+
+
+def make_parser(prog: str | None = "uat-train"):
+    """``HfArgumentParser`` over ``(UATConfig, DataArguments, ModelArguments)`` plus ``--config``."""
+    from transformers import HfArgumentParser
+
+    from ..uat_config import UATConfig
+
+    parser = HfArgumentParser(
+        (UATConfig, DataArguments, ModelArguments),
+        prog=prog,
+        description="Train one translation model on several corpora with corpus balancing (MultiUAT and baselines), "
+        "evaluate it per corpus, and save model, tokenizer, scores and the effective recipe to output_dir.",
+        epilog="Values come from the recipe given with --config, then from the command line (which wins).",
+    )
+    parser.add_argument(
+        CONFIG_FLAG,
+        default=None,
+        help="A recipe: a YAML file, a directory holding recipe.yaml, or a Hub repo id (org/name) with recipe.yaml.",
+    )
+    return parser
+
+
+def field_names() -> dict[str, str]:
+    """Every recipe field → the dataclass that owns it."""
+    from ..uat_config import UATConfig
+
+    owners = {}
+    for dtype in (UATConfig, DataArguments, ModelArguments):
+        for f in fields(dtype):
+            if f.init:
+                owners[f.name] = dtype.__name__
+    return owners
+
+
+def check_recipe_keys(mapping: dict[str, Any], source: str = "recipe") -> None:
+    """Raise ``ValueError`` naming every key that is no field of the three dataclasses."""
+    import difflib
+
+    known = field_names()
+    unknown = [key for key in mapping if key not in known]
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(
+            f"Unknown field(s) in {source}: {', '.join(hints)}. A recipe is a flat mapping of UATConfig, "
+            "DataArguments and ModelArguments fields (see uat-train --help)."
+        )
+
+
+def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str] | None = None, *, source: str = "recipe"):
+    """Recipe values, then command-line overrides → ``(UATConfig, DataArguments, ModelArguments, effective)``.
+
+    The recipe's values become the parser's defaults, so the command line beats them and string values
+    in the recipe (e.g. ``1e-3``, which YAML reads as a string) are converted exactly like command-line
+    values. ``effective`` is the flat mapping of what was set (recipe keys plus fields that differ from
+    the defaults), in plain YAML types: the recipe this run actually used. ``--config`` in ``argv`` is
+    ignored here (the caller loads it into ``mapping``).
+    """
+    from ..uat_config import UATConfig
+
+    mapping = dict(mapping or {})
+    check_recipe_keys(mapping, source)
+    parser = make_parser()
+    base_defaults = {action.dest: action.default for action in parser._actions}
+    parser.set_defaults(**mapping)
+    namespace, remaining = parser.parse_known_args(args=[] if argv is None else list(argv))
+    if remaining:
+        raise ValueError(f"Unrecognised command-line arguments: {remaining} (see uat-train --help).")
+    values = vars(namespace)
+    values.pop("config", None)
+    outputs = []
+    for dtype in (UATConfig, DataArguments, ModelArguments):
+        keys = {f.name for f in fields(dtype) if f.init}
+        outputs.append(dtype(**{k: v for k, v in values.items() if k in keys}))
+    effective = {
+        key: to_plain(value)
+        for key, value in values.items()
+        if key in mapping or not _same(value, base_defaults.get(key))
+    }
+    return (*outputs, effective)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) or to_plain(a) == to_plain(b)
+    except Exception:  # noqa: BLE001 - odd types: treat as changed
+        return False
+
+
+def to_plain(value: Any) -> Any:
+    """A value in plain YAML types (enums → their value, tuples → lists, paths → strings)."""
+    from enum import Enum
+
+    if isinstance(value, Enum):
+        return to_plain(value.value)
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

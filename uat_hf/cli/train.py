@@ -1,0 +1,321 @@
+"""``uat-train``: train one translation model on several corpora with corpus balancing, then evaluate it.
+
+    uat-train --config recipes/demo.yaml
+    uat-train --config recipes/offline_multidomain.yaml --strategy temperature --output_dir runs/temp
+    uat-train --config org/recipe-repo --max_steps 1000
+
+What a run does, in order (every input is checked before any training step):
+
+1. Recipe (``--config``: YAML file, directory with ``recipe.yaml`` or Hub repo id), then command-line
+   overrides → ``UATConfig``, ``DataArguments``, ``ModelArguments``.
+2. Corpus specs (a ``NAME.{train,dev,test}`` directory or a list of corpus mappings) and the evaluation-only
+   (out-of-domain) corpora.
+3. Tokenizer: a joint subword vocabulary trained on the training corpora with the language tags as special
+   tokens (saved to ``output_dir`` at once), or a saved / Hub tokenizer.
+4. Data: cleaning, tagging, tokenization (``uat_hf.corpora.load_corpora``), cached by ``datasets``.
+5. Model: a preset built from scratch or a pretrained checkpoint.
+6. ``UATTrainer.train()``, then per-corpus BLEU/chrF on the eval split: a table with the macro average and
+   the sacreBLEU signatures, ``eval_results.json``, and model + tokenizer + the effective ``recipe.yaml``
+   (with a README model card) in ``output_dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..corpora import CorpusSpec, PreprocessingConfig, corpus_specs_from_directory, corpus_tags, language_tag
+from ..recipe import Recipe
+from .arguments import CONFIG_FLAG, DataArguments, ModelArguments, make_parser, parse_recipe_and_args, resolve_bundled
+
+logger = logging.getLogger("uat_hf.cli.train")
+
+_SPEC_PATH_FIELDS = ("train", "dev", "test", "path")
+
+
+class InputError(ValueError):
+    """Bad recipe / command-line input, reported before training starts."""
+
+
+def _say(message: str) -> None:
+    print(f"[uat-train] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------- arguments
+
+
+def parse_arguments(argv: Sequence[str] | None = None):
+    """``argv`` (with an optional ``--config``) → ``(UATConfig, DataArguments, ModelArguments, effective recipe)``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument(CONFIG_FLAG, default=None)
+    known, _ = pre.parse_known_args(argv)
+    if any(a in ("-h", "--help") for a in argv):
+        make_parser().parse_args(["--help"])  # prints the help and exits
+    recipe = Recipe.from_pretrained(known.config) if known.config else Recipe()
+    source = f"recipe {recipe.source}" if recipe.source else "recipe"
+    training, data, model, effective = parse_recipe_and_args(recipe.to_dict(), argv, source=source)
+    return training, data, model, Recipe(effective, source=recipe.source)
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+def build_specs(data_args: DataArguments) -> tuple[list[CorpusSpec], list[CorpusSpec]]:
+    """Training corpus specs and evaluation-only corpus specs."""
+    if data_args.corpus_dir is not None:
+        specs = corpus_specs_from_directory(
+            data_args.corpus_dir,
+            data_args.source_lang,
+            data_args.target_lang,
+            corpora=data_args.corpora,
+            direction=data_args.direction,
+            max_examples=data_args.max_train_examples,
+        )
+    else:
+        specs = [_spec(mapping, data_args.max_train_examples) for mapping in data_args.corpus_specs]
+    eval_specs = [_spec(mapping, None) for mapping in data_args.eval_corpus_specs or []]
+    clash = sorted({s.name for s in specs} & {s.name for s in eval_specs})
+    if clash:
+        raise InputError(f"eval_corpus_specs: names {clash} are already training corpora; give them other names.")
+    split = data_args.eval_split
+    for spec in eval_specs:
+        if spec.split_location(split) is None:
+            raise InputError(f"eval_corpus_specs: corpus {spec.name!r} has no {split!r} split (eval_split={split!r}).")
+    return specs, eval_specs
+
+
+def _spec(mapping: dict, max_examples: int | None) -> CorpusSpec:
+    values = dict(mapping)
+    for key in _SPEC_PATH_FIELDS:
+        if isinstance(values.get(key), str):
+            values[key] = resolve_bundled(values[key])
+    if values.get("max_examples") is None:
+        values["max_examples"] = max_examples
+    return CorpusSpec(**values)
+
+
+def _tags(specs: list[CorpusSpec], eval_specs: list[CorpusSpec], mode: str) -> tuple[dict, dict]:
+    tag_of = corpus_tags(specs, None if mode == "none" else mode)
+    tagged = any(tag_of.values())
+    eval_tag_of = {spec.name: (language_tag(spec.target_lang) if tagged else None) for spec in eval_specs}
+    return tag_of, eval_tag_of
+
+
+def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: list[str], data_args: DataArguments):
+    from ..corpora import load_corpus_split
+    from ..tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
+
+    name = model_args.tokenizer_name_or_path or (None if model_args.is_preset else model_args.model_name_or_path)
+    if name is not None:
+        tokenizer = load_tokenizer(name)
+        missing = []
+        for tag in tags:
+            try:
+                check_tags_in_vocab(tokenizer, [tag])
+            except ValueError:
+                missing.append(tag)
+        if missing:
+            _say(f"adding language tags {missing} to the tokenizer of {name} as special tokens")
+            tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_additional_special_tokens=False)
+        return tokenizer
+    texts = []
+    for spec in specs:
+        raw = load_corpus_split(spec, "train", cache_dir=data_args.dataset_cache_dir)
+        if model_args.tokenizer_max_sentences is not None and len(raw) > model_args.tokenizer_max_sentences:
+            raw = raw.select(range(model_args.tokenizer_max_sentences))
+        texts.append(raw)
+    return train_joint_tokenizer(
+        texts,
+        vocab_size=model_args.vocab_size,
+        model=model_args.tokenizer_model,
+        special_tokens=tags,
+        lowercase=model_args.lowercase,
+        min_frequency=model_args.tokenizer_min_frequency,
+        model_max_length=max(data_args.max_source_length, data_args.max_target_length),
+    )
+
+
+def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, eval_tag_of):
+    from ..corpora import load_corpora
+
+    preprocessing = PreprocessingConfig(
+        max_length_ratio=data_args.max_length_ratio,
+        max_source_words=data_args.max_source_words,
+        max_target_words=data_args.max_target_words,
+        dedupe=data_args.dedupe,
+    )
+    common = dict(
+        max_source_length=data_args.max_source_length,
+        max_target_length=data_args.max_target_length,
+        num_proc=data_args.preprocessing_num_workers,
+        cache_dir=data_args.dataset_cache_dir,
+    )
+    data = load_corpora(specs, tokenizer, preprocessing, splits=data_args.split_names(), tags=tag_of, **common)
+    split = data_args.eval_split
+    eval_corpora = dict(data.get(split, {}))
+    ood = {}
+    if eval_specs:
+        ood = load_corpora(eval_specs, tokenizer, preprocessing, splits=(split,), tags=eval_tag_of, **common)[split]
+        eval_corpora.update(ood)
+    if data_args.max_eval_examples is not None:
+        eval_corpora = {n: ds.select(range(min(data_args.max_eval_examples, len(ds)))) for n, ds in eval_corpora.items()}
+    return data["train"], data.get("dev", {}), eval_corpora, list(ood)
+
+
+def _check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora) -> None:
+    missing_train = [s.name for s in specs if s.name not in train]
+    if missing_train:
+        raise InputError(f"Training corpora {missing_train} have no train split.")
+    if training_args.is_dynamic:
+        missing_dev = [name for name in train if name not in dev]
+        if missing_dev:
+            raise InputError(
+                f"strategy {training_args.strategy!r} measures every training corpus on its dev set, but {missing_dev} "
+                "have no dev split; give one (CorpusSpec dev) or use a static strategy."
+            )
+    missing_eval = [s.name for s in specs if s.name not in eval_corpora]
+    if missing_eval:
+        _say(f"note: corpora {missing_eval} have no {data_args.eval_split!r} split and are not evaluated")
+    if not eval_corpora:
+        raise InputError(f"No corpus has a {data_args.eval_split!r} split to evaluate (eval_split={data_args.eval_split!r}).")
+
+
+def _check_model_lengths(model, data_args: DataArguments) -> None:
+    limit = getattr(model.config, "max_position_embeddings", None)
+    for name in ("max_source_length", "max_target_length"):
+        if limit is not None and getattr(data_args, name) > limit:
+            raise InputError(
+                f"{name}={getattr(data_args, name)} exceeds the model's max_position_embeddings={limit}; lower it or "
+                "set model_overrides: {max_position_embeddings: ...}."
+            )
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def prepare(training_args, data_args: DataArguments, model_args: ModelArguments, *, start: float | None = None):
+    """Specs, tokenizer, data and model → ``(trainer, eval_corpora, out_of_domain_names)``.
+
+    Everything that can fail because of bad input happens here, before the first training step.
+    """
+    from transformers import set_seed
+
+    from ..presets import build_model, count_parameters
+    from ..uat_trainer import UATTrainer
+
+    start = time.monotonic() if start is None else start
+    output_dir = Path(training_args.output_dir)
+    set_seed(training_args.seed)
+
+    specs, eval_specs = build_specs(data_args)
+    tag_of, eval_tag_of = _tags(specs, eval_specs, data_args.language_tags)
+    tags = sorted({t for t in list(tag_of.values()) + list(eval_tag_of.values()) if t})
+    _say(
+        f"corpora: {', '.join(f'{s.name} ({s.source_lang}→{s.target_lang})' for s in specs)}"
+        + (f"; evaluation only: {', '.join(s.name for s in eval_specs)}" if eval_specs else "")
+    )
+
+    tokenizer = build_tokenizer(model_args, specs, tags, data_args)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if training_args.should_save:
+        tokenizer.save_pretrained(output_dir)
+    _say(f"tokenizer: {len(tokenizer)} tokens" + (f", language tags {tags}" if tags else ""))
+
+    train, dev, eval_corpora, ood = load_data(data_args, specs, eval_specs, tokenizer, tag_of, eval_tag_of)
+    _check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora)
+    _say(
+        "data: " + ", ".join(f"{n} {len(train[n])} train / {len(dev[n]) if n in dev else 0} dev" for n in train)
+        + f"; evaluating on {data_args.eval_split}: " + ", ".join(f"{n} {len(ds)}" for n, ds in eval_corpora.items())
+    )
+
+    model = build_model(
+        model_args.model_name_or_path,
+        tokenizer,
+        num_beams=training_args.generation_num_beams,
+        max_length=training_args.generation_max_length,
+        **model_args.config_overrides(),
+    )
+    _check_model_lengths(model, data_args)
+    _say(f"model: {model_args.model_name_or_path}, {count_parameters(model) / 1e6:.2f}M parameters; "
+         f"strategy {training_args.strategy}; prep took {time.monotonic() - start:.0f}s")
+
+    trainer = UATTrainer(
+        model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=eval_corpora, processing_class=tokenizer
+    )
+    return trainer, eval_corpora, ood
+
+
+def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_corpora, ood, *, start: float | None = None):
+    """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
+    import torch
+
+    from ..metrics import format_table, macro_average
+
+    start = time.monotonic() if start is None else start
+    training_args = trainer.args
+    output_dir = Path(training_args.output_dir)
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint or None)
+    trainer.save_model()
+    trainer.log_metrics("train", train_result.metrics)
+    trainer.save_metrics("train", train_result.metrics)
+    trainer.save_state()
+
+    _say(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
+    with torch.inference_mode():
+        metrics = trainer.evaluate()
+    in_domain = {n: _scores(metrics, n) for n in eval_corpora if n not in ood}
+    out_of_domain = {n: _scores(metrics, n) for n in ood}
+    if in_domain and out_of_domain:
+        for label, group in (("in_domain", in_domain), ("out_of_domain", out_of_domain)):
+            metrics[f"eval_{label}_mean_bleu"] = macro_average(group, "bleu")
+            metrics[f"eval_{label}_mean_chrf"] = macro_average(group, "chrf")
+    trainer.save_metrics("eval", metrics)
+
+    if trainer.is_world_process_zero():
+        print(f"\n{data_args.eval_split} results ({'in-domain' if out_of_domain else 'per corpus'}):")
+        print(format_table(in_domain or out_of_domain))
+        if in_domain and out_of_domain:
+            print(f"\n{data_args.eval_split} results (out-of-domain):")
+            print(format_table(out_of_domain))
+        if in_domain and out_of_domain:
+            print(f"\nmean over all {len(eval_corpora)} corpora: BLEU {metrics['eval_mean_bleu']:.2f}  chrF {metrics['eval_mean_chrf']:.2f}")
+        if data_args.max_eval_examples is not None:
+            print(f"(first {data_args.max_eval_examples} sentences of each {data_args.eval_split} set only)")
+        for name, signature in trainer.metric_signatures.items():
+            print(f"sacreBLEU {name} signature: {signature}")
+        Recipe(recipe.to_dict(), source=recipe.source).save_pretrained(output_dir, results=metrics)
+        _say(f"saved model, tokenizer, eval_results.json and recipe.yaml to {output_dir} "
+             f"({time.monotonic() - start:.0f}s in all)")
+    return metrics
+
+
+def _scores(metrics: dict[str, float], name: str) -> dict[str, float]:
+    return {"bleu": metrics[f"eval_{name}_bleu"], "chrf": metrics[f"eval_{name}_chrf"]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``uat-train``; returns 0 on success, 2 for bad input (reported before training)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        training_args, data_args, model_args, recipe = parse_arguments(argv)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"uat-train: error: {error}", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    try:
+        trainer, eval_corpora, ood = prepare(training_args, data_args, model_args, start=start)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"uat-train: error: {error}", file=sys.stderr)
+        return 2
+    train_and_evaluate(trainer, data_args, recipe, eval_corpora, ood, start=start)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

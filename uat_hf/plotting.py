@@ -1,0 +1,222 @@
+"""Pictures of a balancing run, drawn from the ``balancing_history.jsonl`` a run leaves in its output dir.
+
+The point of MultiUAT is *how* the corpus distribution moves during training, so the paper shows it as
+curves of each corpus's sampling probability over training steps (its Figures 1–3); for MultiDDS-S the
+gradient-cosine matrix between training and dev corpora explains why a corpus gains or loses share. Both
+are read back from the history file the :class:`~uat_hf.callback.CorpusBalancingCallback` writes at each
+update, so a run can be plotted while it trains, after it finished, or on another machine.
+
+Figures are drawn on the Agg canvas of a standalone ``matplotlib.figure.Figure``: nothing here touches
+pyplot's global state or backend, so importing this module inside a notebook or a GUI session changes
+nothing there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .callback import HISTORY_FILE
+
+__all__ = [
+    "COSINE_PNG",
+    "PROBABILITIES_PNG",
+    "REWARDS_PNG",
+    "average_cosine",
+    "load_history",
+    "plot_cosine_heatmap",
+    "plot_probabilities",
+    "plot_rewards",
+    "plot_run",
+]
+
+logger = logging.getLogger(__name__)
+
+PROBABILITIES_PNG = "balancing_probabilities.png"
+REWARDS_PNG = "balancing_rewards.png"
+COSINE_PNG = "gradient_cosine.png"
+
+History = Sequence[Mapping[str, Any]]
+HistorySource = str | Path | Iterable[Mapping[str, Any]]
+
+
+def load_history(history_or_output_dir: HistorySource) -> list[dict[str, Any]]:
+    """The update records of a run, in file order.
+
+    Accepts a run's output dir (holding ``balancing_history.jsonl``), the path of a history file, or the
+    records themselves (a list of dicts, returned as a list). Raises ``FileNotFoundError`` when there is
+    no history and ``ValueError`` when it holds no record or a malformed line.
+    """
+    if not isinstance(history_or_output_dir, (str, Path)):
+        records = [dict(record) for record in history_or_output_dir]
+        if not records:
+            raise ValueError("The balancing history is empty: there is nothing to plot.")
+        return records
+    path = Path(history_or_output_dir)
+    if path.is_dir():
+        path = path / HISTORY_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No balancing history at {str(path)!r}. {HISTORY_FILE} is written into the training output_dir at "
+            "each balancing update of a dynamic strategy (multiuat or multidds-s); static strategies "
+            "(proportional, temperature, uniform) keep p fixed and record none. Point at the output_dir of a "
+            "dynamic run whose training reached at least one update (update_every steps)."
+        )
+    records = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number} is not a JSON record ({error}); is this a balancing history?") from error
+    if not records:
+        raise ValueError(
+            f"{str(path)!r} holds no update record yet: the run has not reached its first balancing update."
+        )
+    for number, record in enumerate(records, start=1):
+        if "step" not in record or "probabilities" not in record:
+            raise ValueError(f"Record {number} of {str(path)!r} lacks 'step' or 'probabilities'; is this a balancing history?")
+    return records
+
+
+def average_cosine(history_or_output_dir: HistorySource) -> tuple[list[str], np.ndarray, int]:
+    """The element-wise mean of the MultiDDS-S gradient-cosine matrices over all updates that recorded one.
+
+    Row ``j`` is training corpus ``j``, column ``i`` dev corpus ``i`` (so a row's mean is the reward
+    R(j) of that update), both in the order of the records' ``probabilities``. A matrix with a non-finite
+    entry (an update the scorer skipped) is left out of the mean and logged.
+
+    Returns ``(corpus_names, mean_matrix, number_of_matrices_averaged)``. Raises ``ValueError`` when no
+    record has a finite ``cosine`` matrix or the corpora differ between records.
+    """
+    records = [r for r in load_history(history_or_output_dir) if r.get("cosine") is not None]
+    if not records:
+        raise ValueError(
+            "No record of this history has a 'cosine' matrix: only multidds-s runs record gradient cosines."
+        )
+    names = list(records[0]["probabilities"])
+    total = np.zeros((len(names), len(names)), dtype=np.float64)
+    count = 0
+    for record in records:
+        if list(record["probabilities"]) != names:
+            raise ValueError(
+                f"The update at step {record['step']} lists corpora {list(record['probabilities'])}, the first one "
+                f"{names}; one history must come from one run."
+            )
+        matrix = np.asarray(record["cosine"], dtype=np.float64)
+        if matrix.shape != total.shape:
+            raise ValueError(
+                f"The cosine matrix at step {record['step']} has shape {matrix.shape}; expected {total.shape} "
+                f"(train × dev corpora {names})."
+            )
+        if not np.isfinite(matrix).all():
+            logger.warning("Leaving the non-finite cosine matrix of step %s out of the average.", record["step"])
+            continue
+        total += matrix
+        count += 1
+    if count == 0:
+        raise ValueError("Every recorded cosine matrix has non-finite entries; there is nothing to average.")
+    return names, total / count, count
+
+
+def plot_probabilities(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
+    """One line per corpus: its sampling probability after each balancing update. Returns ``path``."""
+    history = load_history(history_or_output_dir)
+    return _plot_per_corpus(history, "probabilities", "sampling probability p", Path(path),
+                            title or _title("Corpus sampling probabilities", history))
+
+
+def plot_rewards(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
+    """One line per corpus: the reward R(n) measured at each update (uncertainty or gradient cosine)."""
+    history = load_history(history_or_output_dir)
+    return _plot_per_corpus(history, "rewards", "reward R(n)", Path(path), title or _title("Corpus rewards", history))
+
+
+def plot_cosine_heatmap(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
+    """Heatmap of :func:`average_cosine`: training corpora as rows, dev corpora as columns, cells annotated."""
+    history = load_history(history_or_output_dir)
+    names, matrix, count = average_cosine(history)
+    limit = float(np.abs(matrix).max()) or 1.0
+    size = max(4.0, 1.1 * len(names) + 2.5)
+    figure = Figure(figsize=(size + 1.2, size), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    image = axes.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit)
+    colorbar = figure.colorbar(image, ax=axes, shrink=0.8)
+    colorbar.set_label("cos(∇ dev loss, ∇ train loss)")
+    for row in range(len(names)):
+        for column in range(len(names)):
+            value = matrix[row, column]
+            axes.text(column, row, f"{value:.3f}", ha="center", va="center",
+                      color="white" if abs(value) > 0.6 * limit else "black", fontsize=9)
+    axes.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    axes.set_yticks(range(len(names)), names)
+    axes.set_xlabel("dev corpus i")
+    axes.set_ylabel("train corpus j  (row mean = reward R(j))")
+    updates = f"{count} update" + ("s" if count != 1 else "")
+    axes.set_title(title or f"{_title('Gradient cosine', history)}\nmean over {updates}", fontsize=11)
+    return _save(figure, Path(path))
+
+
+def plot_run(output_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Write every plot a run's history supports; returns the paths written.
+
+    Always :data:`PROBABILITIES_PNG` and :data:`REWARDS_PNG`; :data:`COSINE_PNG` as well when the run
+    recorded gradient cosines (MultiDDS-S). Files go to ``out_dir`` (default: ``output_dir`` itself).
+    """
+    history = load_history(output_dir)
+    target = Path(out_dir) if out_dir is not None else Path(output_dir)
+    if target.suffix == ".jsonl":
+        target = target.parent
+    written = [plot_probabilities(history, target / PROBABILITIES_PNG), plot_rewards(history, target / REWARDS_PNG)]
+    if any(record.get("cosine") is not None for record in history):
+        written.append(plot_cosine_heatmap(history, target / COSINE_PNG))
+    return written
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def _plot_per_corpus(history: History, key: str, ylabel: str, path: Path, title: str) -> Path:
+    names = list(history[0][key])
+    steps = [int(record["step"]) for record in history]
+    figure = Figure(figsize=(7.5, 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    marker = "o" if len(history) <= 40 else None
+    for name in names:
+        values = [float(record[key].get(name, math.nan)) for record in history]
+        axes.plot(steps, values, marker=marker, markersize=4, linewidth=1.8, label=name)
+    skipped = [int(record["step"]) for record in history if record.get("skipped")]
+    for index, step in enumerate(skipped):
+        axes.axvline(step, color="grey", linestyle=":", linewidth=1, label="skipped update" if index == 0 else None)
+    if key == "probabilities":
+        axes.set_ylim(0.0, min(1.0, 1.1 * max(max(r[key].values()) for r in history)) or 1.0)
+    axes.set_xlabel("training step")
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=11)
+    axes.grid(alpha=0.3)
+    axes.legend(title="corpus", fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _save(figure, path)
+
+
+def _title(what: str, history: History) -> str:
+    first = history[0]
+    strategy = first.get("strategy") or "?"
+    measure = first.get("measure")
+    return f"{what} — {strategy}" + (f" ({measure})" if measure else "")
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    return path

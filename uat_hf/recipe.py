@@ -1,0 +1,231 @@
+"""Recipes: one YAML mapping that says everything a training run needs, loadable from a path or the Hub.
+
+A recipe is a flat mapping of the fields of :class:`~uat_hf.uat_config.UATConfig` (training and
+balancing), :class:`~uat_hf.cli.arguments.DataArguments` (corpora, cleaning, evaluation) and
+:class:`~uat_hf.cli.arguments.ModelArguments` (model and tokenizer)::
+
+    strategy: multiuat
+    measure: enteos
+    corpus_dir: bundled:multidomain-en-de
+    source_lang: en
+    target_lang: de
+    model_name_or_path: small
+    learning_rate: 7.0e-4
+
+It is stored as ``recipe.yaml`` in a local directory or a Hub repository, so that
+``Recipe.from_pretrained("org/name")`` and ``uat-train --config org/name`` reproduce a run, and
+``uat-train`` writes the effective recipe of every run next to the model it trained. YAML is read with
+``yaml.safe_load`` only: a recipe can never execute code.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import yaml
+from huggingface_hub import hf_hub_download
+
+__all__ = ["RECIPE_FILE", "MODEL_CARD_FILE", "Recipe"]
+
+RECIPE_FILE = "recipe.yaml"
+MODEL_CARD_FILE = "README.md"
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+class Recipe(Mapping[str, Any]):
+    """A read-only mapping of recipe fields with YAML and Hub I/O.
+
+    Args:
+        fields: field name → value (plain YAML types).
+        source: where it was loaded from (for messages and the model card).
+    """
+
+    def __init__(self, fields: Mapping[str, Any] | None = None, *, source: str | None = None) -> None:
+        fields = dict(fields or {})
+        bad = [key for key in fields if not isinstance(key, str)]
+        if bad:
+            raise ValueError(f"Recipe field names must be strings; got {bad} in {source or 'recipe'}.")
+        self._fields = fields
+        self.source = source
+
+    # ------------------------------------------------------------------ Mapping
+    def __getitem__(self, key: str) -> Any:
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __repr__(self) -> str:
+        return f"Recipe({self._fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return dict(self._fields) == dict(other)
+        return NotImplemented
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._fields)
+
+    def updated(self, **changes: Any) -> "Recipe":
+        """A copy with some fields changed (``None`` values are kept: they mean 'unset')."""
+        return Recipe({**self._fields, **changes}, source=self.source)
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_yaml(cls, text: str, *, source: str | None = None) -> "Recipe":
+        """Parse YAML text (``yaml.safe_load``); it must hold a mapping (an empty document is an empty recipe)."""
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ValueError(f"{source or 'recipe'} is not valid YAML: {error}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ValueError(
+                f"{source or 'recipe'} must be a YAML mapping of field: value, got a {type(data).__name__}."
+            )
+        return cls(data, source=source)
+
+    @classmethod
+    def from_yaml_file(cls, path: str | Path) -> "Recipe":
+        path = Path(path)
+        return cls.from_yaml(path.read_text(encoding="utf-8"), source=str(path))
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_repo_id: str | Path,
+        *,
+        filename: str = RECIPE_FILE,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+        token: str | bool | None = None,
+        repo_type: str | None = None,
+        local_files_only: bool = False,
+    ) -> "Recipe":
+        """Load a recipe from a YAML file, a directory holding ``recipe.yaml``, or a Hub repository.
+
+        Args:
+            path_or_repo_id: a local ``.yaml`` file, a local directory with ``filename`` in it, or a Hub repo
+                id ``org/name`` (downloaded with ``huggingface_hub.hf_hub_download``).
+            filename: the file inside a directory or repository (default ``recipe.yaml``).
+            revision, cache_dir, token, repo_type, local_files_only: passed to ``hf_hub_download``
+                (``repo_type`` ``"model"`` by default; recipes can also live in ``"dataset"`` repos).
+        """
+        location = str(path_or_repo_id)
+        path = Path(location).expanduser()
+        if path.is_file():
+            return cls.from_yaml_file(path)
+        if path.is_dir():
+            file = path / filename
+            if not file.is_file():
+                raise FileNotFoundError(f"Directory {location!r} has no {filename}; save one with Recipe.save_pretrained.")
+            return cls.from_yaml_file(file)
+        if _HUB_ID.fullmatch(location) and not location.endswith((".yaml", ".yml")):
+            downloaded = hf_hub_download(
+                repo_id=location,
+                filename=filename,
+                revision=revision,
+                cache_dir=cache_dir,
+                token=token,
+                repo_type=repo_type,
+                local_files_only=local_files_only,
+            )
+            recipe = cls.from_yaml_file(downloaded)
+            recipe.source = f"{location}/{filename}" + (f"@{revision}" if revision else "")
+            return recipe
+        raise FileNotFoundError(
+            f"Recipe {location!r} not found: not a YAML file, not a directory with {filename}, and not a Hub repo "
+            "id of the form org/name."
+        )
+
+    # ------------------------------------------------------------------ saving
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self._fields, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+    def save_pretrained(self, save_directory: str | Path, *, model_card: bool = True, results: Mapping[str, float] | None = None) -> Path:
+        """Write ``recipe.yaml`` (and a ``README.md`` model card unless one exists or ``model_card=False``).
+
+        Returns the path of ``recipe.yaml``. ``results`` (e.g. ``eval_results.json`` content) are listed in
+        the card.
+        """
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        file = directory / RECIPE_FILE
+        file.write_text(self.to_yaml(), encoding="utf-8")
+        card = directory / MODEL_CARD_FILE
+        if model_card:
+            card.write_text(self.model_card(results), encoding="utf-8")
+        return file
+
+    def push_to_hub(self, repo_id: str, *, token: str | bool | None = None, private: bool | None = None,
+                    repo_type: str | None = None, commit_message: str = "Upload recipe") -> str:
+        """Upload ``recipe.yaml`` to a Hub repository (created if needed); returns the file's URL."""
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+        api.create_repo(repo_id, private=private, repo_type=repo_type, exist_ok=True)
+        return api.upload_file(
+            path_or_fileobj=self.to_yaml().encode("utf-8"), path_in_repo=RECIPE_FILE, repo_id=repo_id,
+            repo_type=repo_type, commit_message=commit_message,
+        )
+
+    def model_card(self, results: Mapping[str, float] | None = None) -> str:
+        """A short model card: what was trained on what, how balanced, how to reproduce, and the scores."""
+        get = self._fields.get
+        corpora = get("corpora") or [spec.get("name") for spec in get("corpus_specs") or [] if isinstance(spec, dict)]
+        ood = [spec.get("name") for spec in get("eval_corpus_specs") or [] if isinstance(spec, dict)]
+        strategy = get("strategy", "proportional")
+        if strategy == "multiuat":
+            strategy += f" (measure {get('measure', 'enteos')}, K={get('mc_samples', 30)}, S={get('update_every', 1000)})"
+        lines = [
+            "---",
+            "library_name: transformers",
+            "tags:",
+            "- translation",
+            "- uat-hf",
+            "- multiuat",
+            "---",
+            "",
+            "# Multi-corpus translation model trained with uat-hf",
+            "",
+            f"- Model: `{get('model_name_or_path', 'small')}`",
+            f"- Training data: `{get('corpus_dir') or 'corpus_specs'}`" + (f" — corpora {', '.join(map(str, corpora))}" if corpora else ""),
+            f"- Direction: {get('direction', 'multi-domain')}",
+            f"- Corpus balancing: {strategy}",
+        ]
+        if ood:
+            lines.append(f"- Out-of-domain evaluation: {', '.join(map(str, ood))}")
+        lines += [
+            "",
+            "## Reproduce",
+            "",
+            "```bash",
+            "uat-train --config <this directory or repo id>",
+            "```",
+            "",
+            f"The full configuration is in `{RECIPE_FILE}`.",
+        ]
+        if results:
+            per_corpus = sorted({key[len("eval_"):-len("_bleu")] for key in results if key.startswith("eval_") and key.endswith("_bleu")})
+            if per_corpus:
+                lines += ["", "## Results", "", "| corpus | BLEU | chrF |", "|---|---|---|"]
+                for name in per_corpus:
+                    bleu, chrf = results.get(f"eval_{name}_bleu"), results.get(f"eval_{name}_chrf")
+                    fmt = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "–"  # noqa: E731
+                    lines.append(f"| {name} | {fmt(bleu)} | {fmt(chrf)} |")
+        return "\n".join(lines) + "\n"
+
+    # ------------------------------------------------------------------ arguments
+    def to_dataclasses(self, overrides: Sequence[str] | None = None):
+        """``(UATConfig, DataArguments, ModelArguments)`` from this recipe, then ``overrides`` (command-line style
+        ``["--learning_rate", "1e-3"]``), exactly as ``uat-train`` parses them."""
+        from .cli.arguments import parse_recipe_and_args
+
+        training, data, model, _ = parse_recipe_and_args(self._fields, list(overrides or []), source=self.source or "recipe")
+        return training, data, model
