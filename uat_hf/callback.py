@@ -69,7 +69,7 @@ class CorpusBalancingCallback(TrainerCallback):
         sampler: the sampler the training DataLoader iterates.
         strategy: ``proportional`` / ``temperature`` / ``uniform`` (static) or ``multiuat`` / ``multidds-s``.
         reward: what a dynamic strategy measures (:class:`~uat_hf.rewards.UncertaintyReward` or
-            :class:`~uat_hf.rewards.GradientCosineReward`); ``None`` for static strategies.
+            :class:`~uat_hf.gradient_cosine.GradientCosineReward`); ``None`` for static strategies.
         dev_corpora: tokenized trusted dev sets, one per training corpus (same names).
         collate_fn: turns a list of dataset rows into model inputs (the Trainer's data collator).
         update_every: S, optimizer steps between two updates.

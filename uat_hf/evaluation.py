@@ -41,14 +41,14 @@ from .tokenization import load_tokenizer
 __all__ = [
     "DIRECTIONS",
     "SIGNIFICANCE_TESTS",
-    "TestSet",
+    "EvalSet",
+    "eval_set_specs",
     "hypothesis_path",
-    "load_test_sets",
+    "load_eval_sets",
     "load_translation_model",
     "paired_significance",
     "read_hypotheses",
-    "score_test_sets",
-    "test_set_specs",
+    "score_eval_sets",
     "translate",
     "write_hypotheses",
 ]
@@ -68,7 +68,7 @@ HYPOTHESIS_SUFFIX = ".txt"
 
 
 @dataclass
-class TestSet:
+class EvalSet:
     """One named evaluation set: sources as the model reads them (tags included) and raw references."""
 
     name: str
@@ -84,10 +84,11 @@ def load_translation_model(
     ``device`` defaults to CUDA when available. Remote code is never executed.
     """
     path = Path(model_name_or_path)
-    if not path.is_dir() and (path.exists() or model_name_or_path.count("/") != 1):
+    looks_local = path.is_absolute() or model_name_or_path.startswith((".", "~")) or model_name_or_path.count("/") > 1
+    if not path.is_dir() and (path.exists() or looks_local):
         raise FileNotFoundError(
             f"Model {model_name_or_path!r} is neither a model directory (save_pretrained / trainer.save_model "
-            "output) nor a Hub id of the form 'org/name'."
+            "output) nor a Hub model id (e.g. 'Helsinki-NLP/opus-mt-en-de')."
         )
     tokenizer_source = tokenizer_name_or_path or model_name_or_path
     try:
@@ -107,7 +108,7 @@ def load_translation_model(
     return model.to(device).eval(), tokenizer
 
 
-def test_set_specs(
+def eval_set_specs(
     directory: str | Path,
     split: str = "test",
     *,
@@ -143,13 +144,13 @@ def test_set_specs(
     return specs
 
 
-def load_test_sets(
+def load_eval_sets(
     specs: Sequence[CorpusSpec],
     split: str = "test",
     *,
     tags: str | Mapping[str, str | None] | None = "auto",
     max_sentences: int | None = None,
-) -> dict[str, TestSet]:
+) -> dict[str, EvalSet]:
     """Read, clean (empty pairs only, as for every dev/test set) and tag the ``split`` of each spec.
 
     ``tags`` is decided over all ``specs`` together (see :func:`uat_hf.corpora.corpus_tags`): pass the
@@ -169,7 +170,7 @@ def load_test_sets(
         pairs = add_language_tags(pairs, target_tag=tag_of[spec.name])
         if max_sentences is not None:
             pairs = pairs.select(range(min(max_sentences, len(pairs))))
-        sets[spec.name] = TestSet(spec.name, list(pairs["source"]), list(pairs["target"]))
+        sets[spec.name] = EvalSet(spec.name, list(pairs["source"]), list(pairs["target"]))
     return sets
 
 
@@ -216,14 +217,14 @@ def translate(
     return hypotheses
 
 
-def score_test_sets(
-    hypotheses: Mapping[str, Sequence[str]], test_sets: Mapping[str, TestSet], *, bleu_tokenize: str = "13a"
+def score_eval_sets(
+    hypotheses: Mapping[str, Sequence[str]], eval_sets: Mapping[str, EvalSet], *, bleu_tokenize: str = "13a"
 ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """BLEU and chrF per test set (``{name: {"bleu", "chrf"}}``) and the sacreBLEU signatures."""
     per_corpus: dict[str, dict[str, float]] = {}
     signatures: dict[str, str] = {}
-    for name, test_set in test_sets.items():
-        per_corpus[name], signatures = translation_scores(hypotheses[name], test_set.references, bleu_tokenize=bleu_tokenize)
+    for name, eval_set in eval_sets.items():
+        per_corpus[name], signatures = translation_scores(hypotheses[name], eval_set.references, bleu_tokenize=bleu_tokenize)
     return per_corpus, signatures
 
 

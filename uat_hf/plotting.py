@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .callback import HISTORY_FILE
 
@@ -42,6 +43,9 @@ logger = logging.getLogger(__name__)
 PROBABILITIES_PNG = "balancing_probabilities.png"
 REWARDS_PNG = "balancing_rewards.png"
 COSINE_PNG = "gradient_cosine.png"
+
+_LINESTYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P")
 
 History = Sequence[Mapping[str, Any]]
 HistorySource = str | Path | Iterable[Mapping[str, Any]]
@@ -192,15 +196,18 @@ def _plot_per_corpus(history: History, key: str, ylabel: str, path: Path, title:
     figure = Figure(figsize=(7.5, 4.5), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    marker = "o" if len(history) <= 40 else None
-    for name in names:
+    show_markers = len(history) <= 40
+    for index, name in enumerate(names):
         values = [float(record[key].get(name, math.nan)) for record in history]
-        axes.plot(steps, values, marker=marker, markersize=4, linewidth=1.8, label=name)
+        # Line styles and markers vary too, so corpora with equal values stay visible on top of each other.
+        axes.plot(steps, values, linestyle=_LINESTYLES[index % len(_LINESTYLES)], linewidth=1.8, label=name,
+                  marker=_MARKERS[index % len(_MARKERS)] if show_markers else None, markersize=4)
     skipped = [int(record["step"]) for record in history if record.get("skipped")]
     for index, step in enumerate(skipped):
         axes.axvline(step, color="grey", linestyle=":", linewidth=1, label="skipped update" if index == 0 else None)
     if key == "probabilities":
         axes.set_ylim(0.0, min(1.0, 1.1 * max(max(r[key].values()) for r in history)) or 1.0)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("training step")
     axes.set_ylabel(ylabel)
     axes.set_title(title, fontsize=11)

@@ -1,8 +1,9 @@
 """Recipes: one YAML mapping that says everything a training run needs, loadable from a path or the Hub.
 
 A recipe is a flat mapping of the fields of :class:`~uat_hf.uat_config.UATConfig` (training and
-balancing), :class:`~uat_hf.cli.arguments.DataArguments` (corpora, cleaning, evaluation) and
-:class:`~uat_hf.cli.arguments.ModelArguments` (model and tokenizer)::
+balancing), :class:`~uat_hf.cli.arguments.DataArguments` (corpora, cleaning, evaluation),
+:class:`~uat_hf.cli.arguments.ModelArguments` (model and tokenizer) and
+:class:`~uat_hf.cli.arguments.RunArguments` (a wall-clock budget)::
 
     strategy: multiuat
     measure: enteos
@@ -149,7 +150,7 @@ class Recipe(Mapping[str, Any]):
         return yaml.safe_dump(self._fields, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
     def save_pretrained(self, save_directory: str | Path, *, model_card: bool = True, results: Mapping[str, float] | None = None) -> Path:
-        """Write ``recipe.yaml`` (and a ``README.md`` model card unless one exists or ``model_card=False``).
+        """Write ``recipe.yaml`` and, unless ``model_card=False``, a ``README.md`` model card.
 
         Returns the path of ``recipe.yaml``. ``results`` (e.g. ``eval_results.json`` content) are listed in
         the card.
@@ -223,9 +224,9 @@ class Recipe(Mapping[str, Any]):
 
     # ------------------------------------------------------------------ arguments
     def to_dataclasses(self, overrides: Sequence[str] | None = None):
-        """``(UATConfig, DataArguments, ModelArguments)`` from this recipe, then ``overrides`` (command-line style
-        ``["--learning_rate", "1e-3"]``), exactly as ``uat-train`` parses them."""
+        """``(UATConfig, DataArguments, ModelArguments, RunArguments)`` from this recipe, then ``overrides``
+        (command-line style ``["--learning_rate", "1e-3"]``), exactly as ``uat-train`` parses them."""
         from .cli.arguments import parse_recipe_and_args
 
-        training, data, model, _ = parse_recipe_and_args(self._fields, list(overrides or []), source=self.source or "recipe")
-        return training, data, model
+        *arguments, _ = parse_recipe_and_args(self._fields, list(overrides or []), source=self.source or "recipe")
+        return tuple(arguments)

@@ -1,5 +1,5 @@
 """Command-line tools of uat-hf (``uat-train``) and their argument dataclasses."""
 
-from .arguments import DataArguments, ModelArguments, make_parser, parse_recipe_and_args
+from .arguments import DataArguments, ModelArguments, RunArguments, make_parser, parse_recipe_and_args
 
-__all__ = ["DataArguments", "ModelArguments", "make_parser", "parse_recipe_and_args"]
+__all__ = ["DataArguments", "ModelArguments", "RunArguments", "make_parser", "parse_recipe_and_args"]

@@ -25,6 +25,7 @@ __all__ = [
     "DIRECTIONS",
     "DataArguments",
     "ModelArguments",
+    "RunArguments",
     "resolve_bundled",
 ]
 
@@ -330,19 +331,40 @@ class ModelArguments:
         return overrides
 
 
+@dataclass
+class RunArguments:
+    """Run-level limits that are neither data nor model (a wall-clock budget for CPU demos)."""
+
+    _argument_group_name = "run (uat_hf.cli.RunArguments)"
+
+    max_train_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop training after this many minutes of wall-clock time (max_steps still applies, whichever "
+            "comes first). With lr_scheduler_type linear, the learning rate then decays to 0 along "
+            "max(step / max_steps, elapsed / budget), so a slow machine still ends on a decayed learning rate. "
+            "For demos with a time limit; runs are then not step-for-step reproducible."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_train_minutes is not None and not self.max_train_minutes > 0:
+            raise ValueError(f"max_train_minutes must be > 0 (or unset), got {self.max_train_minutes!r}.")
+
+
 # --- parsing: recipe mapping + command line → dataclasses ------------------------------------------------
 
 CONFIG_FLAG = "--config"
 
 
 def make_parser(prog: str | None = "uat-train"):
-    """``HfArgumentParser`` over ``(UATConfig, DataArguments, ModelArguments)`` plus ``--config``."""
+    """``HfArgumentParser`` over ``(UATConfig, DataArguments, ModelArguments, RunArguments)`` plus ``--config``."""
     from transformers import HfArgumentParser
 
     from ..uat_config import UATConfig
 
     parser = HfArgumentParser(
-        (UATConfig, DataArguments, ModelArguments),
+        ARGUMENT_CLASSES(),
         prog=prog,
         description="Train one translation model on several corpora with corpus balancing (MultiUAT and baselines), "
         "evaluate it per corpus, and save model, tokenizer, scores and the effective recipe to output_dir.",
@@ -356,12 +378,17 @@ def make_parser(prog: str | None = "uat-train"):
     return parser
 
 
-def field_names() -> dict[str, str]:
-    """Every recipe field → the dataclass that owns it."""
+def ARGUMENT_CLASSES() -> tuple[type, ...]:  # noqa: N802 - reads like the constant it stands for
+    """The dataclasses a recipe fills, in order: UATConfig, DataArguments, ModelArguments, RunArguments."""
     from ..uat_config import UATConfig
 
+    return (UATConfig, DataArguments, ModelArguments, RunArguments)
+
+
+def field_names() -> dict[str, str]:
+    """Every recipe field → the dataclass that owns it."""
     owners = {}
-    for dtype in (UATConfig, DataArguments, ModelArguments):
+    for dtype in ARGUMENT_CLASSES():
         for f in fields(dtype):
             if f.init:
                 owners[f.name] = dtype.__name__
@@ -381,12 +408,13 @@ def check_recipe_keys(mapping: dict[str, Any], source: str = "recipe") -> None:
             hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise ValueError(
             f"Unknown field(s) in {source}: {', '.join(hints)}. A recipe is a flat mapping of UATConfig, "
-            "DataArguments and ModelArguments fields (see uat-train --help)."
+            "DataArguments, ModelArguments and RunArguments fields (see uat-train --help)."
         )
 
 
 def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str] | None = None, *, source: str = "recipe"):
-    """Recipe values, then command-line overrides → ``(UATConfig, DataArguments, ModelArguments, effective)``.
+    """Recipe values, then command-line overrides → ``(UATConfig, DataArguments, ModelArguments, RunArguments,
+    effective)``.
 
     The recipe's values become the parser's defaults, so the command line beats them and string values
     in the recipe (e.g. ``1e-3``, which YAML reads as a string) are converted exactly like command-line
@@ -394,8 +422,6 @@ def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str]
     the defaults), in plain YAML types: the recipe this run actually used. ``--config`` in ``argv`` is
     ignored here (the caller loads it into ``mapping``).
     """
-    from ..uat_config import UATConfig
-
     mapping = dict(mapping or {})
     check_recipe_keys(mapping, source)
     parser = make_parser()
@@ -407,7 +433,7 @@ def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str]
     values = vars(namespace)
     values.pop("config", None)
     outputs = []
-    for dtype in (UATConfig, DataArguments, ModelArguments):
+    for dtype in ARGUMENT_CLASSES():
         keys = {f.name for f in fields(dtype) if f.init}
         outputs.append(dtype(**{k: v for k, v in values.items() if k in keys}))
     effective = {

@@ -26,12 +26,12 @@ from ..corpora import corpus_tags
 from ..evaluation import (
     DIRECTIONS,
     SIGNIFICANCE_TESTS,
-    load_test_sets,
+    load_eval_sets,
     load_translation_model,
     paired_significance,
     read_hypotheses,
-    score_test_sets,
-    test_set_specs,
+    score_eval_sets,
+    eval_set_specs,
     translate,
     write_hypotheses,
 )
@@ -92,15 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Entry point; returns the results that are also written to ``--output``."""
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point (returns nothing: console scripts pass a return value to ``sys.exit``); results go to ``--output``."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     datasets.disable_progress_bars()  # a bar per tiny map() over each test set is noise here
     try:
-        return _run(args)
-    except (FileNotFoundError, ValueError) as error:
+        _run(args)
+    except (OSError, ValueError) as error:
         parser.exit(2, f"uat-evaluate: error: {error}\n")
 
 
@@ -108,22 +108,22 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     corpus_dir = resolve_bundled(args.corpus_dir)
     ood_dir = resolve_bundled(args.ood_corpus_dir) if args.ood_corpus_dir else corpus_dir
     language = {"source_lang": args.source_lang, "target_lang": args.target_lang, "direction": args.direction}
-    in_domain = test_set_specs(corpus_dir, args.split, corpora=args.corpora, **language)
-    ood = test_set_specs(ood_dir, args.split, corpora=args.ood_corpora, **language) if args.ood_corpora else []
+    in_domain = eval_set_specs(corpus_dir, args.split, corpora=args.corpora, **language)
+    ood = eval_set_specs(ood_dir, args.split, corpora=args.ood_corpora, **language) if args.ood_corpora else []
     model, tokenizer = load_translation_model(args.model, args.tokenizer, device=args.device)
     check_tags_in_vocab(tokenizer, sorted({tag for tag in corpus_tags(in_domain + ood, args.tags).values() if tag}))
-    test_sets = load_test_sets(in_domain + ood, args.split, tags=args.tags, max_sentences=args.max_sentences)
+    eval_sets = load_eval_sets(in_domain + ood, args.split, tags=args.tags, max_sentences=args.max_sentences)
 
     output = Path(args.output)
     hypotheses_dir = Path(args.hypotheses_dir) if args.hypotheses_dir else output.parent / "hypotheses"
     hypotheses = {}
-    for name, test_set in test_sets.items():
-        logger.info("Translating %s (%d sentences)", name, len(test_set.sources))
-        hypotheses[name] = translate(model, tokenizer, test_set.sources, batch_size=args.batch_size,
+    for name, eval_set in eval_sets.items():
+        logger.info("Translating %s (%d sentences)", name, len(eval_set.sources))
+        hypotheses[name] = translate(model, tokenizer, eval_set.sources, batch_size=args.batch_size,
                                      num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                                      max_source_length=args.max_source_length)
         write_hypotheses(hypotheses_dir, name, hypotheses[name])
-    scores, signatures = score_test_sets(hypotheses, test_sets, bleu_tokenize=args.bleu_tokenize)
+    scores, signatures = score_eval_sets(hypotheses, eval_sets, bleu_tokenize=args.bleu_tokenize)
 
     in_names = [spec.name for spec in in_domain]
     ood_names = [spec.name for spec in ood]
@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
             "max_length": None if args.max_new_tokens else generation.max_length,
             "batch_size": args.batch_size,
         },
-        "sentences": {name: len(ts.references) for name, ts in test_sets.items()},
+        "sentences": {name: len(ts.references) for name, ts in eval_sets.items()},
         "scores": {name: scores[name] for name in in_names},
         "mean": _mean(scores, in_names),
         "signatures": signatures,
@@ -152,7 +152,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"\nBLEU: {signatures['bleu']}\nchrF: {signatures['chrf']}")
 
     if args.compare:
-        results["significance"] = _significance(args, test_sets, hypotheses)
+        results["significance"] = _significance(args, eval_sets, hypotheses)
         print("\n" + _significance_table(results["significance"]))
 
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -161,13 +161,13 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def _significance(args: argparse.Namespace, test_sets, hypotheses) -> dict[str, Any]:
+def _significance(args: argparse.Namespace, eval_sets, hypotheses) -> dict[str, Any]:
     corpora = {}
     signatures: dict[str, str] = {}
-    for name, test_set in test_sets.items():
-        baseline = read_hypotheses(args.compare, name, expected=len(test_set.references))
+    for name, eval_set in eval_sets.items():
+        baseline = read_hypotheses(args.compare, name, expected=len(eval_set.references))
         corpora[name], signatures = paired_significance(
-            hypotheses[name], baseline, test_set.references, test=args.significance_test,
+            hypotheses[name], baseline, eval_set.references, test=args.significance_test,
             n_samples=args.significance_samples, seed=args.seed, bleu_tokenize=args.bleu_tokenize,
         )
         for metric in corpora[name].values():

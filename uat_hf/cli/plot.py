@@ -23,8 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> list[str]:
-    """Entry point; returns the paths written (also printed, one per line)."""
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: prints the paths written, one per line."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -33,7 +33,6 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         parser.exit(2, f"uat-plot: error: {error}\n")
     for path in written:
         print(path)
-    return [str(path) for path in written]
 
 
 if __name__ == "__main__":

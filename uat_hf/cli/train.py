@@ -7,7 +7,7 @@
 What a run does, in order (every input is checked before any training step):
 
 1. Recipe (``--config``: YAML file, directory with ``recipe.yaml`` or Hub repo id), then command-line
-   overrides → ``UATConfig``, ``DataArguments``, ``ModelArguments``.
+   overrides → ``UATConfig``, ``DataArguments``, ``ModelArguments``, ``RunArguments``.
 2. Corpus specs (a ``NAME.{train,dev,test}`` directory or a list of corpus mappings) and the evaluation-only
    (out-of-domain) corpora.
 3. Tokenizer: a joint subword vocabulary trained on the training corpora with the language tags as special
@@ -31,7 +31,18 @@ from typing import Any, Sequence
 
 from ..corpora import CorpusSpec, PreprocessingConfig, corpus_specs_from_directory, corpus_tags, language_tag
 from ..recipe import Recipe
-from .arguments import CONFIG_FLAG, DataArguments, ModelArguments, make_parser, parse_recipe_and_args, resolve_bundled
+from transformers import TrainerCallback
+
+from ..uat_trainer import UATTrainer
+from .arguments import (
+    CONFIG_FLAG,
+    DataArguments,
+    ModelArguments,
+    RunArguments,
+    make_parser,
+    parse_recipe_and_args,
+    resolve_bundled,
+)
 
 logger = logging.getLogger("uat_hf.cli.train")
 
@@ -50,7 +61,8 @@ def _say(message: str) -> None:
 
 
 def parse_arguments(argv: Sequence[str] | None = None):
-    """``argv`` (with an optional ``--config``) → ``(UATConfig, DataArguments, ModelArguments, effective recipe)``."""
+    """``argv`` (with an optional ``--config``) → ``(UATConfig, DataArguments, ModelArguments, RunArguments, recipe)``
+    where ``recipe`` is the effective recipe (recipe values plus command-line overrides)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument(CONFIG_FLAG, default=None)
@@ -59,8 +71,8 @@ def parse_arguments(argv: Sequence[str] | None = None):
         make_parser().parse_args(["--help"])  # prints the help and exits
     recipe = Recipe.from_pretrained(known.config) if known.config else Recipe()
     source = f"recipe {recipe.source}" if recipe.source else "recipe"
-    training, data, model, effective = parse_recipe_and_args(recipe.to_dict(), argv, source=source)
-    return training, data, model, Recipe(effective, source=recipe.source)
+    training, data, model, run_args, effective = parse_recipe_and_args(recipe.to_dict(), argv, source=source)
+    return training, data, model, run_args, Recipe(effective, source=recipe.source)
 
 
 # --------------------------------------------------------------------------------------------- data
@@ -196,10 +208,65 @@ def _check_model_lengths(model, data_args: DataArguments) -> None:
             )
 
 
+# --------------------------------------------------------------------------------------------- time budget
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stops training once ``seconds`` of wall-clock time have passed since training began."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = float(seconds)
+        self.start: float | None = None
+        self.stopped_at_step: int | None = None
+
+    def fraction(self) -> float:
+        """Share of the budget spent so far (0 before training starts)."""
+        return 0.0 if self.start is None else (time.monotonic() - self.start) / self.seconds
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.fraction() >= 1.0 and not control.should_training_stop:
+            control.should_training_stop = True
+            self.stopped_at_step = state.global_step
+            _say(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping training")
+
+
+class CLITrainer(UATTrainer):
+    """``UATTrainer`` whose linear learning-rate schedule also decays with the time budget, when there is one."""
+
+    time_budget: TimeBudgetCallback | None = None
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None and self.time_budget is not None and str(self.args.lr_scheduler_type) in (
+            "linear", "SchedulerType.LINEAR"
+        ):
+            from torch.optim.lr_scheduler import LambdaLR
+
+            optimizer = optimizer if optimizer is not None else self.optimizer
+            warmup = self.args.get_warmup_steps(num_training_steps)
+            budget = self.time_budget
+
+            def factor(step: int) -> float:
+                if step < warmup:
+                    return step / max(1, warmup)
+                progress = max((step - warmup) / max(1, num_training_steps - warmup), budget.fraction())
+                return max(0.0, 1.0 - progress)
+
+            self.lr_scheduler = LambdaLR(optimizer, factor)
+            self._created_lr_scheduler = True
+            return self.lr_scheduler
+        return super().create_scheduler(num_training_steps, optimizer)
+
+
 # --------------------------------------------------------------------------------------------- main
 
 
-def prepare(training_args, data_args: DataArguments, model_args: ModelArguments, *, start: float | None = None):
+def prepare(
+    training_args, data_args: DataArguments, model_args: ModelArguments, run_args: RunArguments | None = None,
+    *, start: float | None = None,
+):
     """Specs, tokenizer, data and model → ``(trainer, eval_corpora, out_of_domain_names)``.
 
     Everything that can fail because of bad input happens here, before the first training step.
@@ -207,7 +274,6 @@ def prepare(training_args, data_args: DataArguments, model_args: ModelArguments,
     from transformers import set_seed
 
     from ..presets import build_model, count_parameters
-    from ..uat_trainer import UATTrainer
 
     start = time.monotonic() if start is None else start
     output_dir = Path(training_args.output_dir)
@@ -245,9 +311,12 @@ def prepare(training_args, data_args: DataArguments, model_args: ModelArguments,
     _say(f"model: {model_args.model_name_or_path}, {count_parameters(model) / 1e6:.2f}M parameters; "
          f"strategy {training_args.strategy}; prep took {time.monotonic() - start:.0f}s")
 
-    trainer = UATTrainer(
+    trainer = CLITrainer(
         model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=eval_corpora, processing_class=tokenizer
     )
+    if run_args is not None and run_args.max_train_minutes is not None:
+        trainer.time_budget = TimeBudgetCallback(run_args.max_train_minutes * 60)
+        trainer.add_callback(trainer.time_budget)
     return trainer, eval_corpora, ood
 
 
@@ -303,13 +372,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``uat-train``; returns 0 on success, 2 for bad input (reported before training)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        training_args, data_args, model_args, recipe = parse_arguments(argv)
+        training_args, data_args, model_args, run_args, recipe = parse_arguments(argv)
     except (ValueError, FileNotFoundError) as error:
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 2
     start = time.monotonic()
     try:
-        trainer, eval_corpora, ood = prepare(training_args, data_args, model_args, start=start)
+        trainer, eval_corpora, ood = prepare(training_args, data_args, model_args, run_args, start=start)
     except (ValueError, FileNotFoundError) as error:
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 2

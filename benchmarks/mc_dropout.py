@@ -1,0 +1,138 @@
+"""MC-dropout reward estimation: uat-hf vs the authors' style, same model, same dev batches.
+
+The authors' fairseq code measures with K separate forward passes in a Python loop with autograd on
+(a graph is built and never used), over one unsorted padded dev batch per corpus, computing the output
+layer at every position. uat-hf runs without autograd, sorts the drawn sentences by length into
+sub-batches, applies the output layer only at real target positions, and on a GPU repeats the batch K
+times along the batch axis. Both use the same measure code, so only the execution differs.
+
+Prints a table (time, peak memory, rewards) and, last, ``speedup_k30=<x>``.
+
+    python benchmarks/mc_dropout.py [--preset small] [--vocab 8000] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+import numpy as np
+import psutil
+import torch
+from transformers import DataCollatorForSeq2Seq
+
+from uat_hf.callback import draw_token_batch, split_by_tokens
+from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
+from uat_hf.measures import eos_positions, position_statistics, sentence_uncertainty
+from uat_hf.presets import build_model, count_parameters
+from uat_hf.rewards import UncertaintyReward
+from uat_hf.sampler import example_lengths
+from uat_hf.tokenization import train_joint_tokenizer
+
+
+class PeakMemory:
+    """Peak extra memory during a block: CUDA allocator peak on GPU, sampled process RSS on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.peak = device, 0
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.process, self.base, self.running = psutil.Process(), psutil.Process().memory_info().rss, True
+            self.thread = threading.Thread(target=self._sample, daemon=True)
+            self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.running:
+            self.peak = max(self.peak, self.process.memory_info().rss - self.base)
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.running = False
+            self.thread.join()
+
+
+def authors_style(model, dev_rows, collate, measure: str, k: int, eos: int) -> np.ndarray:
+    """K passes per corpus, autograd on, one unsorted padded batch, full output layer."""
+    model.train()
+    rewards = []
+    for rows in dev_rows:
+        batch = {key: value.to(model.device) for key, value in collate(rows).items()}
+        mask = batch["labels"] != -100
+        passes = []
+        for _ in range(k):
+            logits = model(**batch).logits
+            max_prob, entropy = position_statistics(logits)
+            eos_index = eos_positions(batch["labels"], eos, mask)
+            passes.append(sentence_uncertainty(measure, max_prob, entropy, mask, eos_index).mean().item())
+        rewards.append(np.mean(passes))
+    model.eval()
+    return np.array(rewards)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--measure", default="enteos")
+    parser.add_argument("--dev-tokens", type=int, default=1024)
+    parser.add_argument("--ks", type=int, nargs="+", default=[10, 30])
+    options = parser.parse_args()
+    device = torch.device(options.device)
+    torch.manual_seed(0)
+
+    specs = corpus_specs_from_directory(BUNDLED_DIR / "multidomain-en-de", "en", "de", max_examples=3000)
+    tokenizer = train_joint_tokenizer([load_corpus_split(s, "train") for s in specs], vocab_size=options.vocab)
+    dev = load_corpora(specs, tokenizer, splits=("dev",), max_source_length=128, max_target_length=128)["dev"]
+    model = build_model(options.preset, tokenizer).to(device).eval()
+    collate = DataCollatorForSeq2Seq(tokenizer, model=model)
+    eos = model.config.eos_token_id
+
+    rng = np.random.default_rng(0)
+    dev_rows, dev_batches = [], []
+    for name, dataset in dev.items():
+        columns = dataset.select_columns(["input_ids", "attention_mask", "labels"])
+        lengths = example_lengths(dataset, columns=("labels",))
+        chosen = draw_token_batch(lengths, options.dev_tokens, rng)
+        shuffled = rng.permutation(chosen)  # the authors' batch is not sorted by length
+        dev_rows.append([columns[int(i)] for i in shuffled])
+        dev_batches.append([collate([columns[int(i)] for i in chunk]) for chunk in split_by_tokens(chosen, lengths, 4096)])
+
+    print(f"model {options.preset}: {count_parameters(model) / 1e6:.1f}M parameters, device {device}, "
+          f"N={len(dev_rows)} corpora, ~{options.dev_tokens} target tokens each, measure {options.measure}, "
+          f"torch threads {torch.get_num_threads()}")
+    print(f"{'K':>3} {'method':<22} {'seconds':>8} {'peak MB':>8}  rewards")
+    speedups = {}
+    for k in options.ks:
+        timings = {}
+        for label in ("authors (loop+autograd)", "uat-hf"):
+            with PeakMemory(device) as memory:
+                start = time.perf_counter()
+                if label.startswith("authors"):
+                    rewards = authors_style(model, dev_rows, collate, options.measure, k, eos)
+                else:
+                    reward = UncertaintyReward(options.measure, k, eos_token_id=eos)
+                    rewards = reward.finalize(reward.compute(model, dev_batches, seed=k))[0]
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - start
+            timings[label] = seconds
+            print(f"{k:>3} {label:<22} {seconds:8.2f} {memory.peak / 2**20:8.1f}  {np.round(rewards, 4).tolist()}")
+        speedups[k] = timings["authors (loop+autograd)"] / timings["uat-hf"]
+        print(f"{k:>3} speed-up {speedups[k]:.2f}x")
+    print(f"speedup_k{options.ks[-1]}={speedups[options.ks[-1]]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

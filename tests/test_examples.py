@@ -1,0 +1,81 @@
+"""The examples run end to end with tiny settings, so they cannot drift away from the library."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from uat_hf.callback import HISTORY_FILE
+from uat_hf.cli.evaluate import main as evaluate_main
+from uat_hf.plotting import PROBABILITIES_PNG, REWARDS_PNG
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TINY_NOTEBOOK = {
+    "UAT_NOTEBOOK_STEPS": "4",
+    "UAT_NOTEBOOK_MODEL": "tiny",
+    "UAT_NOTEBOOK_TRAIN_EXAMPLES": "200",
+    "UAT_NOTEBOOK_EVAL_EXAMPLES": "6",
+    "UAT_NOTEBOOK_VOCAB_SIZE": "600",
+    "UAT_NOTEBOOK_MC_SAMPLES": "2",
+    "UAT_NOTEBOOK_UPDATE_EVERY": "2",
+    "UAT_NOTEBOOK_MAX_LENGTH": "16",
+}
+
+
+def test_quickstart_notebook_runs(tmp_path, monkeypatch):
+    for key, value in {**TINY_NOTEBOOK, "UAT_NOTEBOOK_OUTPUT_DIR": str(tmp_path / "run")}.items():
+        monkeypatch.setenv(key, value)  # the kernel inherits this process's environment
+    notebook = nbformat.read(EXAMPLES / "quickstart.ipynb", as_version=4)
+    assert "parameters" in notebook.cells[2].metadata.get("tags", [])
+    client = NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError, with the failing cell, if any cell fails
+
+    stdout = "".join(o.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs
+                     if o.output_type == "stream" and o.name == "stdout")
+    assert "p after training" in stdout and "mean" in stdout
+    assert any("image/png" in o.get("data", {}) for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs)
+    history = [json.loads(line) for line in (tmp_path / "run" / HISTORY_FILE).read_text().splitlines()]
+    assert [record["step"] for record in history] == [2, 4]
+
+
+def test_training_script_runs_under_accelerate_launch(tmp_path):
+    out = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+        str(EXAMPLES / "accelerate_configs" / "single_cpu.yaml"), str(EXAMPLES / "train_multiuat.py"),
+        "--output_dir", str(out), "--model", "tiny", "--max_train_examples", "200", "--max_eval_examples", "6",
+        "--vocab_size", "600", "--max_length", "32", "--max_steps", "4", "--update_every", "2", "--mc_samples", "2",
+        "--max_tokens", "400", "--generation_max_length", "8", "--disable_tqdm", "true", "--seed", "0",
+    ]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Test set (multiuat, 4 steps)" in result.stdout and "mean" in result.stdout
+    history = [json.loads(line) for line in (out / HISTORY_FILE).read_text().splitlines()]
+    assert [record["step"] for record in history] == [2, 4]
+    for name in ("model.safetensors", "tokenizer.json", PROBABILITIES_PNG, REWARDS_PNG):
+        assert (out / name).is_file(), name
+
+    # What the script saved is what uat-evaluate loads.
+    evaluate_main([
+        str(out), "--corpus-dir", "bundled:multidomain-en-de", "--source-lang", "en", "--target-lang", "de",
+        "--corpora", "bible", "--max-sentences", "3", "--max-new-tokens", "4", "--output", str(tmp_path / "eval.json"),
+    ])
+    results = json.loads((tmp_path / "eval.json").read_text())
+    assert set(results["scores"]) == {"bible"} and results["sentences"] == {"bible": 3}
+
+
+@pytest.mark.parametrize("name", ["single_cpu", "multi_gpu", "multi_node"])
+def test_accelerate_configs_are_valid(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(EXAMPLES / "accelerate_configs" / f"{name}.yaml"))
+    assert config.num_processes >= 1 and config.machine_rank == 0
+    assert config.use_cpu == (name == "single_cpu")

@@ -1,0 +1,135 @@
+"""Balancing plots: written from synthetic histories and from a real short MultiDDS-S run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from uat_hf.callback import HISTORY_FILE
+from uat_hf.cli.plot import main as plot_main
+from uat_hf.plotting import (
+    COSINE_PNG,
+    PROBABILITIES_PNG,
+    REWARDS_PNG,
+    average_cosine,
+    load_history,
+    plot_cosine_heatmap,
+    plot_probabilities,
+    plot_run,
+)
+
+NAMES = ["software", "bible", "dictionary"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def record(step, p, cosine=None, **extra):
+    rec = {"step": step, "strategy": "multiuat", "measure": "enteos", "rewards": dict(zip(NAMES, [0.3, 0.5, 0.2])),
+           "probabilities": dict(zip(NAMES, p)), "seconds": 0.1, **extra}
+    if cosine is not None:
+        rec.update(strategy="multidds-s", measure=None, cosine=np.asarray(cosine).tolist())
+    return rec
+
+
+def write_history(folder, records):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / HISTORY_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def assert_png(path, min_side=200):
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    height, width = imread(path).shape[:2]
+    assert height >= min_side and width >= min_side
+
+
+def test_probabilities_plot_is_a_png(tmp_path):
+    records = [record(100 * i, [0.5 - 0.05 * i, 0.3, 0.2 + 0.05 * i]) for i in range(1, 6)]
+    records[2]["skipped"] = "non-finite reward"
+    run = write_history(tmp_path / "run", records)
+    path = plot_probabilities(run, tmp_path / "plots" / "p.png")
+    assert path == tmp_path / "plots" / "p.png"
+    assert_png(path)
+
+
+def test_average_cosine_is_the_elementwise_mean_of_finite_matrices():
+    a = [[1.0, 0.2, -0.1], [0.0, 0.5, 0.25], [0.3, -0.3, 0.9]]
+    b = [[0.0, 0.4, 0.1], [0.5, 0.5, 0.75], [0.1, 0.3, 0.1]]
+    broken = [[math.nan, 0, 0], [0, 0, 0], [0, 0, 0]]
+    history = [
+        record(1, [0.4, 0.3, 0.3], cosine=a),
+        record(2, [0.4, 0.3, 0.3]),  # no cosine (e.g. another strategy's record): not counted
+        record(3, [0.4, 0.3, 0.3], cosine=broken, skipped="non-finite"),
+        record(4, [0.4, 0.3, 0.3], cosine=b),
+    ]
+    names, mean, count = average_cosine(history)
+    assert names == NAMES and count == 2
+    np.testing.assert_array_equal(mean, (np.array(a) + np.array(b)) / 2)
+    assert mean[1, 2] == 0.5  # row = train corpus 'bible', column = dev corpus 'dictionary'
+
+
+def test_average_cosine_rejects_histories_it_cannot_average():
+    with pytest.raises(ValueError, match="only multidds-s runs"):
+        average_cosine([record(1, [0.4, 0.3, 0.3])])
+    with pytest.raises(ValueError, match="expected \\(3, 3\\)"):
+        average_cosine([record(1, [0.4, 0.3, 0.3], cosine=[[1.0, 0.0], [0.0, 1.0]])])
+    other = record(2, [0.4, 0.3, 0.3], cosine=np.eye(3))
+    other["probabilities"] = {"a": 0.4, "b": 0.3, "c": 0.3}
+    with pytest.raises(ValueError, match="one history must come from one run"):
+        average_cosine([record(1, [0.4, 0.3, 0.3], cosine=np.eye(3)), other])
+
+
+def test_plot_run_adds_the_heatmap_only_for_cosine_records(tmp_path):
+    uat = write_history(tmp_path / "uat", [record(s, [0.4, 0.3, 0.3]) for s in (10, 20)])
+    assert [p.name for p in plot_run(uat)] == [PROBABILITIES_PNG, REWARDS_PNG]
+    dds = write_history(tmp_path / "dds", [record(s, [0.4, 0.3, 0.3], cosine=np.eye(3) * s) for s in (10, 20)])
+    written = plot_run(dds, tmp_path / "figures")
+    assert [p.name for p in written] == [PROBABILITIES_PNG, REWARDS_PNG, COSINE_PNG]
+    for path in written:
+        assert path.parent == tmp_path / "figures"
+        assert_png(path)
+
+
+def test_missing_or_empty_history_says_what_to_do(tmp_path):
+    with pytest.raises(FileNotFoundError, match="dynamic strategy \\(multiuat or multidds-s\\)"):
+        plot_run(tmp_path)
+    (tmp_path / HISTORY_FILE).write_text("")
+    with pytest.raises(ValueError, match="no update record yet"):
+        load_history(tmp_path)
+
+
+def test_cli_writes_the_plots_and_reports_errors(tmp_path, capsys):
+    run = write_history(tmp_path / "run", [record(s, [0.4, 0.3, 0.3], cosine=np.eye(3)) for s in (5, 10)])
+    plot_main([str(run), "--out", str(tmp_path / "out")])
+    written = capsys.readouterr().out.split()
+    assert [Path(p).name for p in written] == [PROBABILITIES_PNG, REWARDS_PNG, COSINE_PNG]
+    assert all(Path(p).parent == tmp_path / "out" and Path(p).is_file() for p in written)
+    with pytest.raises(SystemExit) as exit_info:
+        plot_main([str(tmp_path / "empty")])
+    assert exit_info.value.code == 2
+    assert "uat-plot: error: No balancing history" in capsys.readouterr().err
+
+
+def test_real_multidds_run_plots_its_cosine_heatmap(tmp_path, corpora, tokenizer, tiny_model):
+    from uat_hf.uat_config import UATConfig
+    from uat_hf.uat_trainer import UATTrainer
+
+    args = UATConfig(
+        output_dir=str(tmp_path / "run"), strategy="multidds-s", max_steps=2, update_every=1, max_tokens=300,
+        dev_batch_tokens=64, dds_train_batch_tokens=64, scorer_steps=5, report_to=[], save_strategy="no",
+        use_cpu=True, seed=0, disable_tqdm=True,
+    )
+    train = {name: ds.select(range(60)) for name, ds in corpora["train"].items()}
+    UATTrainer(tiny_model, args, train_corpora=train, dev_corpora=corpora["dev"], processing_class=tokenizer).train()
+    names, mean, count = average_cosine(tmp_path / "run")
+    assert names == list(train) and count == 2
+    assert np.all(np.abs(mean) <= 1.0 + 1e-6)
+    written = plot_run(tmp_path / "run")
+    assert [p.name for p in written] == [PROBABILITIES_PNG, REWARDS_PNG, COSINE_PNG]
+    for path in written:
+        assert_png(path)
+    assert_png(plot_cosine_heatmap(tmp_path / "run" / HISTORY_FILE, tmp_path / "again.png"))
