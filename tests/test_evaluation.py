@@ -154,5 +154,9 @@ def test_errors_tell_the_user_what_to_do(first_run, model_dir, tmp_path, capsys)
     (tmp_path / "short" / "bible.txt").write_text("only one line\n")
     with pytest.raises(ValueError, match="has 1 lines but the 'bible' test set has 5"):
         read_hypotheses(tmp_path / "short", "bible", expected=5)
+    with pytest.raises(SystemExit):
+        evaluate_main(cli_args(model_dir, tmp_path / "r.json", "--compare", str(tmp_path / "short")))
+    assert "has 1 lines but the 'bible' test set has 5 sentences" in capsys.readouterr().err
+    assert not (tmp_path / "hypotheses").exists()  # failed before translating anything
     with pytest.raises(FileNotFoundError, match="software.txt"):
         read_hypotheses(tmp_path / "short", "software")

@@ -164,3 +164,25 @@ def test_example_lengths_reads_arrow_lists(corpora):
     assert example_lengths(dataset).tolist() == expected
     subset = dataset.select([5, 1, 3])
     assert example_lengths(subset).tolist() == [expected[5], expected[1], expected[3]]
+
+
+def test_run_based_packing_equals_batch_by_batch_greedy_packing():
+    """The fast packing must give exactly the batches the simple greedy loop gives."""
+
+    def greedy(sorted_sizes, budget):
+        counts, count, longest = [], 0, 0
+        for size in sorted_sizes:
+            if count and (count + 1) * max(longest, size) > budget:
+                counts.append(count)
+                count, longest = 0, 0
+            count, longest = count + 1, max(longest, size)
+        return counts + ([count] if count else [])
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        budget = int(rng.integers(50, 500))
+        sizes = rng.integers(1, min(budget, 60) + 1, int(rng.integers(1, 400)))
+        packed = CorpusBatchSampler({"a": sizes}, max_tokens=budget, seed=trial)._token_batches[0]
+        assert np.diff(packed.bounds).tolist() == greedy(np.sort(sizes), budget)
+        members = np.concatenate([packed[b] for b in range(len(packed))])
+        assert sorted(members.tolist()) == list(range(len(sizes)))

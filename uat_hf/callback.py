@@ -77,6 +77,8 @@ class CorpusBalancingCallback(TrainerCallback):
         sub_batch_tokens: padded-token cap of one forward pass during measurement.
         scorer_lr, scorer_steps: Adam settings of ψ.
         prior_temperature: τ of the prior ψ starts from.
+        initial_probabilities: hand-given distribution over ``sampler.names`` that ψ starts from instead of the
+            τ prior (every entry > 0).
         seed: must be the same on every rank.
         accelerator: the Trainer's ``accelerate.Accelerator`` (for the all-reduce); ``None`` on one process.
         log_fn: called with a flat dict of scalars after each update (``trainer.log`` routes it to every
@@ -98,6 +100,7 @@ class CorpusBalancingCallback(TrainerCallback):
         scorer_lr: float = 1e-4,
         scorer_steps: int = 200,
         prior_temperature: float = 1.0,
+        initial_probabilities: Sequence[float] | None = None,
         seed: int = 0,
         accelerator: Any = None,
         log_fn: Callable[[dict[str, float]], None] | None = None,
@@ -130,7 +133,10 @@ class CorpusBalancingCallback(TrainerCallback):
             _check_same_corpora(sampler.names, self.dev_corpora, "dev")
             if reward.needs_train_batches:
                 _check_same_corpora(sampler.names, self.train_corpora, "train")
-            prior = temperature_prior(sampler.sizes, prior_temperature)
+            if initial_probabilities is not None:
+                prior = np.asarray(initial_probabilities, dtype=np.float64)
+            else:
+                prior = temperature_prior(sampler.sizes, prior_temperature)
             self.scorer = CorpusScorer(sampler.names, prior, lr=scorer_lr, steps=scorer_steps)
             sampler.set_probabilities(self.scorer.probabilities)
             self._dev_lengths = {n: _target_lengths(self.dev_corpora[n]) for n in sampler.names}

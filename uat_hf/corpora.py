@@ -505,10 +505,13 @@ def _pair_batch(batch: dict, indices: list[int], *, fields: dict, corpus: str, s
     out: dict[str, list[str]] = {}
     for side, (column, key) in fields.items():
         values = batch[column] if key is None else [row.get(key) if isinstance(row, dict) else None for row in batch[column]]
-        for index, value, row in zip(indices, values, batch[column]):
+        for position, (index, value, row) in enumerate(zip(indices, values, batch[column])):
             if not isinstance(value, str):
                 where = f"field {column!r}" if key is None else f"language {key!r} in field {column!r}"
-                present = sorted(k for k, v in row.items() if v is not None) if isinstance(row, dict) else list(batch)
+                if key is not None and isinstance(row, dict):
+                    present = sorted(k for k, v in row.items() if v is not None)
+                else:  # a missing field of a JSON row reads as None
+                    present = [c for c in batch if batch[c][position] is not None]
                 raise ValueError(
                     f"Corpus {corpus!r} split {split!r} row {index}: {side} text ({where}) is missing or not text "
                     f"(got {value!r}; fields present in this row: {present})."

@@ -55,3 +55,66 @@ def validate_probabilities(probabilities: Sequence[float], names: Sequence[str],
     if abs(total - 1.0) > atol:
         raise ValueError(f"Probabilities {dict(zip(names, p.tolist()))} sum to {total}, not 1.")
     return p / total
+
+
+def check_corpus_probabilities(
+    probabilities: Mapping[str, float],
+    names: Sequence[str] | None = None,
+    *,
+    positive: bool = False,
+    reason: str = "",
+    atol: float = 1e-6,
+) -> dict[str, float]:
+    """Check hand-given probabilities (``UATConfig.corpus_probabilities``) and return them as floats.
+
+    Every message starts with ``corpus_probabilities`` and names the corpus and value at fault. With
+    ``names`` (the training corpora) the keys must be exactly those names; the result then follows their
+    order. ``positive=True`` also rejects an exact 0 (a scorer logit of -inf); ``reason`` says why.
+    """
+    if not isinstance(probabilities, Mapping):
+        raise ValueError(
+            f"corpus_probabilities must be a mapping corpus -> probability (a dict, or a JSON object string such as "
+            f"'{{\"a\": 0.5, \"b\": 0.5}}'), got {type(probabilities).__name__} {probabilities!r}."
+        )
+    if not probabilities:
+        raise ValueError("corpus_probabilities is empty; give one probability per training corpus or leave it unset.")
+    values: dict[str, float] = {}
+    for name, value in probabilities.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, str, np.number)):
+            raise ValueError(f"corpus_probabilities: probability of corpus {name!r} must be a number, got {value!r}.")
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"corpus_probabilities: probability of corpus {name!r} must be a number, got {value!r}.") from None
+        if not math.isfinite(number):
+            raise ValueError(f"corpus_probabilities: probability of corpus {name!r} is {number}; it must be finite.")
+        if number < 0:
+            raise ValueError(f"corpus_probabilities: probability of corpus {name!r} is negative ({number}).")
+        values[str(name)] = number
+    if names is not None:
+        names = list(names)
+        missing = [n for n in names if n not in values]
+        extra = [n for n in values if n not in names]
+        if missing:
+            raise ValueError(
+                f"corpus_probabilities has no probability for training corpus {missing[0]!r}; "
+                f"give one for each of {names}."
+            )
+        if extra:
+            raise ValueError(
+                f"corpus_probabilities names corpus {extra[0]!r}, which is not a training corpus "
+                f"(training corpora: {names})."
+            )
+        values = {n: values[n] for n in names}
+    total = math.fsum(values.values())
+    if abs(total - 1.0) > atol:
+        raise ValueError(f"corpus_probabilities {values} sum to {total}, not 1 (tolerance {atol}).")
+    if positive:
+        for name, value in values.items():
+            if value == 0:
+                raise ValueError(
+                    f"corpus_probabilities gives corpus {name!r} probability 0{reason}: the scorer's logits cannot "
+                    "start from an exact 0 (log 0 = -inf). Give it a small positive probability, drop the corpus, "
+                    "or use a static strategy."
+                )
+    return values

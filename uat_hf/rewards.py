@@ -147,7 +147,10 @@ class UncertaintyReward(BalancingReward):
         if mc_samples < 1:
             raise ValueError(f"mc_samples (K) must be >= 1, got {mc_samples}.")
         if needs_eos(measure) and eos_token_id is None:
-            raise ValueError(f"Measure {measure!r} needs the EOS token id, but the model/tokenizer defines none.")
+            raise ValueError(
+                f"Measure {measure!r} needs the EOS token id, but the model/tokenizer defines none "
+                "(model.config.eos_token_id and tokenizer.eos_token_id are both None); set one or choose another measure."
+            )
         if mode not in ("auto", "loop", "replicate"):
             raise ValueError(f"mode must be 'auto', 'loop' or 'replicate', got {mode!r}.")
         self.measure = measure
@@ -159,9 +162,12 @@ class UncertaintyReward(BalancingReward):
     def check_model(self, model: nn.Module) -> None:
         """MC dropout on a model without dropout measures nothing: refuse before training starts."""
         if not dropout_rates(model):
+            config = getattr(model, "config", None)
+            fields = {k: v for k, v in (config.to_dict().items() if config is not None else ()) if "dropout" in k}
+            checked = f" (config: {', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else ""
             raise ValueError(
                 "strategy 'multiuat' measures uncertainty with Monte Carlo dropout, but every dropout rate of the "
-                "model is 0. Set a dropout rate (e.g. config.dropout=0.1) or choose a static strategy."
+                f"model is 0{checked}. Set a dropout rate (e.g. config.dropout=0.1) or choose a static strategy."
             )
 
     def passes_for_rank(self, num_corpora: int, process_index: int, num_processes: int) -> np.ndarray:

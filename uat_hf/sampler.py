@@ -159,22 +159,43 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             probabilities = temperature_prior([len(x) for x in lengths.values()], temperature)
         return cls(lengths, probabilities, **kwargs)
 
-    def _pack_by_tokens(self, corpus: int) -> list[np.ndarray]:
-        """Greedy fairseq-style packing of one corpus: sort by length, fill up to the padded budget."""
-        sizes = self.lengths[corpus]
-        tie_break = np.random.default_rng([self.seed, 7, corpus]).permutation(len(sizes))
-        order = tie_break[np.argsort(sizes[tie_break], kind="stable")]
-        sorted_sizes = sizes[order]
+    def _pack_by_tokens(self, corpus: int) -> "_PackedBatches":
+        """Greedy fairseq-style packing of one corpus: sort by length, fill up to the padded budget.
+
+        Works run by run over the distinct lengths (a few hundred at most) rather than batch by batch, so
+        packing 10 M examples takes a fraction of a second; the result is the same greedy packing.
+        """
+        sizes = np.maximum(self.lengths[corpus], 1)
+        # A stable sort of small integers is a radix sort in numpy: linear time.
+        order = np.argsort(sizes.astype(np.uint16) if sizes.max() < 2**16 else sizes, kind="stable")
+        values, run_lengths = np.unique(sizes, return_counts=True)
+        # Shuffle within each run of equal length, so that batches do not follow the corpus's file order.
+        rng = np.random.default_rng([self.seed, 7, corpus])
+        for start, end in zip(np.cumsum(run_lengths) - run_lengths, np.cumsum(run_lengths)):
+            if end - start > 1:
+                order[start:end] = order[start:end][rng.permutation(end - start)]
         budget = self.max_tokens
-        batches, start, n = [], 0, len(order)
-        while start < n:
-            window = min(n - start, budget // max(int(sorted_sizes[start]), 1))
-            # Sizes are sorted, so the padded cost (k + 1) * size[start + k] grows with k: binary search.
-            cost = np.arange(1, window + 1) * np.maximum(sorted_sizes[start : start + window], 1)
-            count = max(int(np.searchsorted(cost, budget, side="right")), 1)
-            batches.append(order[start : start + count])
-            start += count
-        return batches
+        ends: list[np.ndarray] = []
+        position, open_count = 0, 0  # examples placed so far; size of the batch still open
+        for value, run in zip(values.tolist(), run_lengths.tolist()):
+            capacity = budget // value
+            if open_count > capacity:  # the open batch cannot take a longer example: close it
+                ends.append(np.array([position]))
+                open_count = 0
+            take = min(capacity - open_count, run)
+            position, open_count, run = position + take, open_count + take, run - take
+            if open_count == capacity:
+                ends.append(np.array([position]))
+                open_count = 0
+            full, rest = divmod(run, capacity)
+            if full:
+                ends.append(position + capacity * np.arange(1, full + 1))
+                position += capacity * full
+            position, open_count = position + rest, open_count + rest
+        if open_count:
+            ends.append(np.array([position]))
+        bounds = np.concatenate([[0]] + ends).astype(np.int64)
+        return _PackedBatches(order, bounds)
 
     def _num_corpus_batches(self, corpus: int) -> int:
         if self._token_batches is not None:
@@ -334,6 +355,20 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             _Change(int(position), validate_probabilities(p, self.names)) for position, p in state["schedule"]
         ]
         self._drawn = 0
+
+
+@dataclass(frozen=True)
+class _PackedBatches:
+    """Token batches of one corpus: batch b is ``order[bounds[b]:bounds[b + 1]]`` (local indices)."""
+
+    order: np.ndarray
+    bounds: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, b: int) -> np.ndarray:
+        return self.order[self.bounds[b] : self.bounds[b + 1]]
 
 
 def _pick(cumulative: np.ndarray, u: float) -> int:

@@ -7,12 +7,13 @@ Trainer's own arguments (the TRL convention: ``<method>_config.py`` beside ``<me
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from transformers import Seq2SeqTrainingArguments
 
 from .measures import MEASURES, RELEASED_CODE_MEASURES
-from .priors import STATIC_TEMPERATURES
+from .priors import STATIC_TEMPERATURES, check_corpus_probabilities
 
 STATIC_STRATEGIES = tuple(STATIC_TEMPERATURES)
 DYNAMIC_STRATEGIES = ("multiuat", "multidds-s")
@@ -24,6 +25,9 @@ MC_BATCH_MODES = ("auto", "loop", "replicate")
 class UATConfig(Seq2SeqTrainingArguments):
     """Seq2Seq training arguments plus the corpus-balancing knobs of MultiUAT and its baselines."""
 
+    # Dict fields that also accept a JSON object string from the command line, as TrainingArguments' own.
+    _VALID_DICT_FIELDS = Seq2SeqTrainingArguments._VALID_DICT_FIELDS + ["corpus_probabilities"]
+
     strategy: str = field(
         default="proportional",
         metadata={"help": f"How corpora are mixed: one of {', '.join(STRATEGIES)}."},
@@ -33,6 +37,14 @@ class UATConfig(Seq2SeqTrainingArguments):
         metadata={
             "help": "τ of the prior q_τ ∝ size^(1/τ). Default: 1 for proportional, 5 for temperature, inf for "
             "uniform; for multiuat / multidds-s the prior the scorer starts from (default 1)."
+        },
+    )
+    corpus_probabilities: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Hand-given sampling probabilities, one per training corpus, as a mapping or a JSON object string "
+            "(e.g. '{\"wmt\": 0.7, \"emea\": 0.3}'); they must sum to 1. Replaces the τ prior: static strategies "
+            "sample with it throughout, multiuat / multidds-s start their scorer from it (every value must then be > 0)."
         },
     )
     max_tokens: int | None = field(
@@ -75,6 +87,16 @@ class UATConfig(Seq2SeqTrainingArguments):
     )
 
     def __post_init__(self):
+        # Parsed here rather than by TrainingArguments so that malformed JSON names the field.
+        if isinstance(self.corpus_probabilities, str):
+            text = self.corpus_probabilities
+            try:
+                self.corpus_probabilities = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"corpus_probabilities must be a JSON object such as '{{\"a\": 0.5, \"b\": 0.5}}', got {text!r} "
+                    f"({error})."
+                ) from None
         super().__post_init__()
         if self.strategy not in STRATEGIES:
             raise ValueError(f"Unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")
@@ -87,12 +109,23 @@ class UATConfig(Seq2SeqTrainingArguments):
                 f"prior_temperature must be > 0 (1 = proportional, 5 = temperature, inf = uniform), "
                 f"got {self.prior_temperature}."
             )
+        if self.corpus_probabilities is not None:
+            if self.prior_temperature is not None:
+                raise ValueError(
+                    "Give either prior_temperature or corpus_probabilities, not both: the hand-given probabilities "
+                    "replace the τ prior."
+                )
+            self.corpus_probabilities = check_corpus_probabilities(
+                self.corpus_probabilities,
+                positive=self.strategy in DYNAMIC_STRATEGIES,
+                reason=f" but strategy {self.strategy!r} starts its scorer from these probabilities",
+            )
         for name in ("mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1 or unset, got {self.max_tokens}.")
-        if self.scorer_lr < 0:
+        if not self.scorer_lr >= 0:  # also rejects NaN
             raise ValueError(f"scorer_lr must be >= 0, got {self.scorer_lr}.")
         if self.mc_batch_mode not in MC_BATCH_MODES:
             raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")

@@ -27,6 +27,7 @@ from transformers.trainer_utils import get_last_checkpoint, seed_worker
 
 from .callback import CorpusBalancingCallback
 from .metrics import macro_average, translation_scores
+from .priors import check_corpus_probabilities
 from .rewards import IGNORE_INDEX, BalancingReward, UncertaintyReward
 from .sampler import CorpusBatchSampler
 from .uat_config import UATConfig
@@ -57,16 +58,21 @@ def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Datase
     return trainer.accelerator.prepare(dataloader)
 
 
-def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
-    """The corpora's model columns concatenated in the dict's order (the sampler's global index space)."""
-    parts = []
+def _check_model_columns(corpora: Mapping[str, Dataset], kind: str) -> None:
     for name, dataset in corpora.items():
         missing = [c for c in ("input_ids", "labels") if c not in dataset.column_names]
         if missing:
             raise ValueError(
-                f"Training corpus {name!r} lacks the column(s) {missing} (has {dataset.column_names}); "
+                f"{kind} corpus {name!r} lacks the column(s) {missing} (has {dataset.column_names}); "
                 "tokenize it first (uat_hf.corpora.tokenize_corpus)."
             )
+
+
+def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
+    """The corpora's model columns concatenated in the dict's order (the sampler's global index space)."""
+    _check_model_columns(corpora, "Training")
+    parts = []
+    for name, dataset in corpora.items():
         parts.append(dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]))
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
@@ -116,15 +122,26 @@ class UATTrainer(Seq2SeqTrainer):
             for name, dataset in corpora.items():
                 if len(dataset) == 0:
                     raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
+        _check_model_columns(self.train_corpora, "Training")
+        if args.is_dynamic:
+            _check_model_columns(self.dev_corpora, "Dev")
+        initial_probabilities = None
+        if args.corpus_probabilities is not None:
+            given = check_corpus_probabilities(
+                args.corpus_probabilities, list(self.train_corpora), positive=args.is_dynamic,
+                reason=f" but strategy {args.strategy!r} starts its scorer from these probabilities",
+            )
+            initial_probabilities = np.array(list(given.values()), dtype=np.float64)
         if data_collator is None:
             data_collator = DataCollatorForSeq2Seq(processing_class, model=model, label_pad_token_id=IGNORE_INDEX)
-        self._references = {name: _references(ds, processing_class) for name, ds in self.eval_corpora.items()}
+        self._references = {name: _references(ds, processing_class, name) for name, ds in self.eval_corpora.items()}
         self.metric_signatures: dict[str, str] = {}
         self._current_references: list[str] | None = None
 
         seed = args.data_seed if args.data_seed is not None else args.seed
         self.corpus_sampler = CorpusBatchSampler.from_datasets(
             self.train_corpora,
+            initial_probabilities,
             temperature=args.effective_prior_temperature,
             max_tokens=args.max_tokens,
             batch_size=None if args.max_tokens else args.per_device_train_batch_size,
@@ -155,6 +172,7 @@ class UATTrainer(Seq2SeqTrainer):
             scorer_lr=args.scorer_lr,
             scorer_steps=args.scorer_steps,
             prior_temperature=args.effective_prior_temperature,
+            initial_probabilities=initial_probabilities,
             seed=seed,
             accelerator=self.accelerator,
             log_fn=self.log,
@@ -249,12 +267,13 @@ class UATTrainer(Seq2SeqTrainer):
         return scores
 
 
-def _references(dataset: Dataset, tokenizer: Any) -> list[str]:
+def _references(dataset: Dataset, tokenizer: Any, name: str | None = None) -> list[str]:
     if REFERENCE_COLUMN in dataset.column_names:
         return list(dataset[REFERENCE_COLUMN])
     if "labels" not in dataset.column_names:
-        raise ValueError(f"An evaluation corpus needs a {REFERENCE_COLUMN!r} or 'labels' column (has {dataset.column_names}).")
-    return [t.strip() for t in tokenizer.batch_decode(dataset["labels"], skip_special_tokens=True)]
+        which = f"Evaluation corpus {name!r}" if name is not None else "An evaluation corpus"
+        raise ValueError(f"{which} needs a {REFERENCE_COLUMN!r} or 'labels' column (has {dataset.column_names}).")
+    return [t.strip() for t in tokenizer.batch_decode(list(dataset["labels"]), skip_special_tokens=True)]
 
 
 def _eos_token_id(model: Any, tokenizer: Any) -> int | None:

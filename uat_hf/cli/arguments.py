@@ -193,8 +193,9 @@ class DataArguments:
     eval_split: str = field(
         default="test",
         metadata={
-            "help": "Split evaluated at the end (and during training with eval_strategy): 'test' for the reported "
-            "scores, 'dev' for model selection (load_best_model_at_end with metric_for_best_model=mean_bleu)."
+            "help": "Split of the final per-corpus evaluation: 'test' (reported scores) or 'dev'. Evaluation during "
+            "training (eval_strategy, load_best_model_at_end with metric_for_best_model=mean_bleu) always uses the "
+            "dev sets, so model selection never sees test."
         },
     )
     preprocessing_num_workers: int | None = field(
@@ -205,6 +206,9 @@ class DataArguments:
     )
 
     def __post_init__(self) -> None:
+        for name in ("source_lang", "target_lang", "corpus_dir"):
+            if isinstance(getattr(self, name), str) and getattr(self, name).strip().lower() in ("", "none", "null"):
+                setattr(self, name, None)  # lets the command line unset a value the recipe sets
         self.corpus_specs = _as_list_of_mappings(self.corpus_specs, "corpus_specs")
         self.eval_corpus_specs = _as_list_of_mappings(self.eval_corpus_specs, "eval_corpus_specs")
         if (self.corpus_dir is None) == (self.corpus_specs is None):
@@ -216,9 +220,9 @@ class DataArguments:
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {self.direction!r}.")
         if self.corpus_dir is not None:
+            # Existence is checked when the data is loaded (still before training), so that a recipe parses on a
+            # machine without its data (e.g. to inspect or edit it).
             self.corpus_dir = resolve_bundled(self.corpus_dir)
-            if not Path(self.corpus_dir).is_dir():
-                raise ValueError(f"corpus_dir {self.corpus_dir!r} is not a directory.")
             if self.direction == "multi-domain" and not (self.source_lang and self.target_lang):
                 raise ValueError("direction 'multi-domain' needs both source_lang and target_lang (e.g. en, de).")
         elif self.corpora:

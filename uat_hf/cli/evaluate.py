@@ -26,12 +26,13 @@ from ..corpora import corpus_tags
 from ..evaluation import (
     DIRECTIONS,
     SIGNIFICANCE_TESTS,
+    EvalSet,
+    eval_set_specs,
     load_eval_sets,
     load_translation_model,
     paired_significance,
     read_hypotheses,
     score_eval_sets,
-    eval_set_specs,
     translate,
     write_hypotheses,
 )
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.exit(2, f"uat-evaluate: error: {error}\n")
 
 
-def _run(args: argparse.Namespace) -> dict[str, Any]:
+def _run(args: argparse.Namespace) -> None:
     corpus_dir = resolve_bundled(args.corpus_dir)
     ood_dir = resolve_bundled(args.ood_corpus_dir) if args.ood_corpus_dir else corpus_dir
     language = {"source_lang": args.source_lang, "target_lang": args.target_lang, "direction": args.direction}
@@ -113,6 +114,9 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     model, tokenizer = load_translation_model(args.model, args.tokenizer, device=args.device)
     check_tags_in_vocab(tokenizer, sorted({tag for tag in corpus_tags(in_domain + ood, args.tags).values() if tag}))
     eval_sets = load_eval_sets(in_domain + ood, args.split, tags=args.tags, max_sentences=args.max_sentences)
+    # Read the baseline first: a missing or misaligned file should fail before minutes of generation.
+    baselines = ({name: read_hypotheses(args.compare, name, expected=len(eval_set.references))
+                  for name, eval_set in eval_sets.items()} if args.compare else None)
 
     output = Path(args.output)
     hypotheses_dir = Path(args.hypotheses_dir) if args.hypotheses_dir else output.parent / "hypotheses"
@@ -138,7 +142,7 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
             "max_length": None if args.max_new_tokens else generation.max_length,
             "batch_size": args.batch_size,
         },
-        "sentences": {name: len(ts.references) for name, ts in eval_sets.items()},
+        "sentences": {name: len(eval_set.references) for name, eval_set in eval_sets.items()},
         "scores": {name: scores[name] for name in in_names},
         "mean": _mean(scores, in_names),
         "signatures": signatures,
@@ -151,23 +155,22 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
         print("\nout-of-domain\n" + format_table(results["ood_scores"]))
     print(f"\nBLEU: {signatures['bleu']}\nchrF: {signatures['chrf']}")
 
-    if args.compare:
-        results["significance"] = _significance(args, eval_sets, hypotheses)
+    if baselines is not None:
+        results["significance"] = _significance(args, eval_sets, hypotheses, baselines)
         print("\n" + _significance_table(results["significance"]))
 
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"\nWrote {output} and hypotheses to {hypotheses_dir}/", file=sys.stderr)
-    return results
 
 
-def _significance(args: argparse.Namespace, eval_sets, hypotheses) -> dict[str, Any]:
+def _significance(args: argparse.Namespace, eval_sets: dict[str, EvalSet], hypotheses: dict[str, list[str]],
+                  baselines: dict[str, list[str]]) -> dict[str, Any]:
     corpora = {}
     signatures: dict[str, str] = {}
     for name, eval_set in eval_sets.items():
-        baseline = read_hypotheses(args.compare, name, expected=len(eval_set.references))
         corpora[name], signatures = paired_significance(
-            hypotheses[name], baseline, eval_set.references, test=args.significance_test,
+            hypotheses[name], baselines[name], eval_set.references, test=args.significance_test,
             n_samples=args.significance_samples, seed=args.seed, bleu_tokenize=args.bleu_tokenize,
         )
         for metric in corpora[name].values():

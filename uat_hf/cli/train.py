@@ -81,6 +81,11 @@ def parse_arguments(argv: Sequence[str] | None = None):
 def build_specs(data_args: DataArguments) -> tuple[list[CorpusSpec], list[CorpusSpec]]:
     """Training corpus specs and evaluation-only corpus specs."""
     if data_args.corpus_dir is not None:
+        if not Path(data_args.corpus_dir).is_dir():
+            raise InputError(
+                f"corpus_dir {data_args.corpus_dir!r} is not a directory (relative paths are relative to the working "
+                f"directory {os.getcwd()!r}; 'bundled:multidomain-en-de' names the shipped sample)."
+            )
         specs = corpus_specs_from_directory(
             data_args.corpus_dir,
             data_args.source_lang,
@@ -170,7 +175,7 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
     )
     data = load_corpora(specs, tokenizer, preprocessing, splits=data_args.split_names(), tags=tag_of, **common)
     split = data_args.eval_split
-    eval_corpora = dict(data.get(split, {}))
+    eval_corpora = dict(data.get(split, {}))  # the final evaluation; in-training evaluation uses dev
     ood = {}
     if eval_specs:
         ood = load_corpora(eval_specs, tokenizer, preprocessing, splits=(split,), tags=eval_tag_of, **common)[split]
@@ -191,6 +196,8 @@ def _check_before_training(training_args, data_args, model_args, specs, train, d
                 f"strategy {training_args.strategy!r} measures every training corpus on its dev set, but {missing_dev} "
                 "have no dev split; give one (CorpusSpec dev) or use a static strategy."
             )
+    if str(training_args.eval_strategy) not in ("no", "IntervalStrategy.NO") and not dev:
+        raise InputError(f"eval_strategy={training_args.eval_strategy!r} evaluates on the dev sets during training, but no corpus has one.")
     missing_eval = [s.name for s in specs if s.name not in eval_corpora]
     if missing_eval:
         _say(f"note: corpora {missing_eval} have no {data_args.eval_split!r} split and are not evaluated")
@@ -311,8 +318,10 @@ def prepare(
     _say(f"model: {model_args.model_name_or_path}, {count_parameters(model) / 1e6:.2f}M parameters; "
          f"strategy {training_args.strategy}; prep took {time.monotonic() - start:.0f}s")
 
+    # In-training evaluation (eval_strategy, load_best_model_at_end) always looks at the dev sets, never at test;
+    # the final evaluation (train_and_evaluate) reports eval_split.
     trainer = CLITrainer(
-        model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=eval_corpora, processing_class=tokenizer
+        model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=dev, processing_class=tokenizer
     )
     if run_args is not None and run_args.max_train_minutes is not None:
         trainer.time_budget = TimeBudgetCallback(run_args.max_train_minutes * 60)
@@ -337,7 +346,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
 
     _say(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
     with torch.inference_mode():
-        metrics = trainer.evaluate()
+        metrics = trainer.evaluate(eval_corpora)
     in_domain = {n: _scores(metrics, n) for n in eval_corpora if n not in ood}
     out_of_domain = {n: _scores(metrics, n) for n in ood}
     if in_domain and out_of_domain:

@@ -1,0 +1,109 @@
+"""CorpusBatchSampler at scale: 100 corpora, 10 M examples in memory-mapped Arrow datasets.
+
+Measures the time from memory-mapped datasets to the first batch (reading lengths, packing token
+batches, first draw), the sampler's throughput in batches per second, and its share of a training step
+(sampler time per batch divided by the measured time of one optimizer step of the small preset).
+
+Prints a table and, last, ``sampler_step_share_percent=<x>``.
+
+    python benchmarks/sampler_scale.py [--corpora 100] [--examples 10000000] [--max-tokens 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+from datasets import Dataset, load_from_disk
+
+from uat_hf.sampler import CorpusBatchSampler
+
+
+def synthetic_corpus(rng: np.random.Generator, size: int, vocab: int = 8000) -> Dataset:
+    """Token-id lists with a realistic length spread (2–120 tokens), built column-wise with Arrow."""
+    columns = {}
+    for column, mean in (("input_ids", 28), ("labels", 30)):
+        lengths = np.clip(rng.gamma(2.0, mean / 2.0, size).astype(np.int32), 2, 120)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        values = rng.integers(3, vocab, offsets[-1], dtype=np.int32)
+        columns[column] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return Dataset(pa.table(columns))
+
+
+def training_step_seconds(max_tokens: int, steps: int = 3) -> float:
+    """Seconds per optimizer step of the 'small' preset on a batch of ``max_tokens`` padded tokens."""
+    from transformers import MarianConfig, MarianMTModel
+
+    from uat_hf.presets import MODEL_PRESETS
+
+    model = MarianMTModel(MarianConfig(**MODEL_PRESETS["small"], vocab_size=8000, pad_token_id=0, eos_token_id=1,
+                                       decoder_start_token_id=0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rows, width = max_tokens // 32, 32
+    batch = {"input_ids": torch.randint(3, 8000, (rows, width)), "labels": torch.randint(3, 8000, (rows, width))}
+    model.train()
+    times = []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times[1:]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpora", type=int, default=100)
+    parser.add_argument("--examples", type=int, default=10_000_000)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--draws", type=int, default=50_000)
+    options = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    # Zipf-like sizes: a few huge corpora and a long tail, like real multilingual data.
+    weights = 1.0 / np.arange(1, options.corpora + 1)
+    sizes = np.maximum((weights / weights.sum() * options.examples).astype(int), 100)
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        for i, size in enumerate(sizes):
+            synthetic_corpus(rng, int(size)).save_to_disk(str(Path(tmp) / f"c{i}"), max_shard_size="2GB")
+        build_seconds = time.perf_counter() - start
+        corpora = {f"c{i}": load_from_disk(str(Path(tmp) / f"c{i}")) for i in range(options.corpora)}  # memory-mapped
+
+        start = time.perf_counter()
+        sampler = CorpusBatchSampler.from_datasets(corpora, temperature=5.0, max_tokens=options.max_tokens, seed=0)
+        iterator = iter(sampler)
+        next(iterator)
+        first_batch = time.perf_counter() - start
+
+        start = time.perf_counter()
+        for _ in range(options.draws):
+            next(iterator)
+        per_batch = (time.perf_counter() - start) / options.draws
+        sampler.set_probabilities(np.full(options.corpora, 1.0 / options.corpora))
+        start = time.perf_counter()
+        for _ in range(1000):
+            next(iterator)
+        after_update = (time.perf_counter() - start) / 1000
+
+    step = training_step_seconds(options.max_tokens)
+    share = 100.0 * per_batch / step
+    print(f"corpora {options.corpora}, examples {int(sizes.sum()):,}, batches per epoch {len(sampler):,}, "
+          f"max_tokens {options.max_tokens} (synthetic data written in {build_seconds:.1f} s)")
+    print(f"{'time to first batch (s)':<40} {first_batch:10.3f}")
+    print(f"{'sampler batches per second':<40} {1 / per_batch:10.0f}")
+    print(f"{'  after a probability update':<40} {1 / after_update:10.0f}")
+    print(f"{'training step, small preset (s)':<40} {step:10.3f}")
+    print(f"{'sampler share of a step (%)':<40} {share:10.4f}")
+    print(f"first_batch_seconds={first_batch:.3f}")
+    print(f"sampler_step_share_percent={share:.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Recipes: YAML round trip through a local directory, the Hub code path, and every shipped recipe parses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from uat_hf import recipe as recipe_module
+from uat_hf.cli.arguments import DataArguments, ModelArguments, RunArguments
+from uat_hf.recipe import MODEL_CARD_FILE, RECIPE_FILE, Recipe
+from uat_hf.uat_config import UATConfig
+
+RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
+SHIPPED = sorted(RECIPES_DIR.glob("*.yaml"))
+
+FIELDS = {
+    "output_dir": "runs/x",
+    "strategy": "multiuat",
+    "measure": "comev",
+    "mc_samples": 7,
+    "learning_rate": "1e-3",  # YAML 1.1 reads this as a string; it must still become a float
+    "corpus_dir": "bundled:multidomain-en-de",
+    "source_lang": "en",
+    "target_lang": "de",
+    "corpora": ["bible", "software"],
+    "model_name_or_path": "tiny",
+    "model_overrides": {"encoder_layers": 2},
+}
+
+
+def test_save_and_load_round_trip_through_a_local_directory(tmp_path):
+    recipe = Recipe(FIELDS)
+    path = recipe.save_pretrained(tmp_path / "repo", results={"eval_bible_bleu": 3.5, "eval_bible_chrf": 20.0})
+    assert path == tmp_path / "repo" / RECIPE_FILE
+    card = (tmp_path / "repo" / MODEL_CARD_FILE).read_text()
+    assert "multiuat" in card and "| bible | 3.50 | 20.00 |" in card
+
+    from_dir = Recipe.from_pretrained(tmp_path / "repo")
+    from_file = Recipe.from_pretrained(str(path))
+    assert from_dir == recipe == from_file
+    assert list(from_dir) == list(FIELDS)  # order kept
+
+    training, data, model, run = from_dir.to_dataclasses()
+    assert isinstance(training, UATConfig) and training.strategy == "multiuat" and training.mc_samples == 7
+    assert training.learning_rate == pytest.approx(1e-3)
+    assert data.corpora == ["bible", "software"] and data.corpus_dir.endswith("multidomain-en-de")
+    assert model.model_name_or_path == "tiny" and model.config_overrides() == {"encoder_layers": 2}
+    assert run.max_train_minutes is None
+
+
+def test_hub_repo_id_goes_through_hf_hub_download(tmp_path, monkeypatch):
+    stored = Recipe(FIELDS).save_pretrained(tmp_path / "cache", model_card=False)
+    calls = []
+
+    def fake_download(**kwargs):
+        calls.append(kwargs)
+        return str(stored)
+
+    monkeypatch.setattr(recipe_module, "hf_hub_download", fake_download)
+    recipe = Recipe.from_pretrained("some-org/uat-recipe", revision="v1")
+    assert recipe == Recipe(FIELDS)
+    assert calls[0]["repo_id"] == "some-org/uat-recipe" and calls[0]["filename"] == RECIPE_FILE
+    assert calls[0]["revision"] == "v1"
+    assert recipe.source == "some-org/uat-recipe/recipe.yaml@v1"
+
+
+def test_local_paths_never_reach_the_hub(tmp_path, monkeypatch):
+    monkeypatch.setattr(recipe_module, "hf_hub_download", lambda **kw: pytest.fail("no Hub call for local paths"))
+    with pytest.raises(FileNotFoundError, match="has no recipe.yaml"):
+        Recipe.from_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="not found"):
+        Recipe.from_pretrained(str(tmp_path / "missing.yaml"))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("- a\n- b\n", "must be a YAML mapping"),
+        ("key: [unclosed\n", "not valid YAML"),
+        ("x: !!python/object/apply:os.system ['true']\n", "not valid YAML"),  # safe_load only
+    ],
+)
+def test_bad_yaml_is_rejected(text, message):
+    with pytest.raises(ValueError, match=message):
+        Recipe.from_yaml(text)
+
+
+def test_unknown_field_is_named_with_a_suggestion():
+    with pytest.raises(ValueError, match=r"'learning_rat' \(did you mean 'learning_rate'\?\)"):
+        Recipe({"learning_rat": 1e-3, "corpus_dir": "bundled:multidomain-en-de"}).to_dataclasses()
+
+
+def test_overrides_apply_on_top_of_the_recipe():
+    training, data, model, _ = Recipe(FIELDS).to_dataclasses(["--strategy", "uniform", "--corpora", "dictionary"])
+    assert training.strategy == "uniform" and data.corpora == ["dictionary"]
+    assert training.mc_samples == 7  # untouched fields keep the recipe's values
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_recipe_parses_into_the_dataclasses(path):
+    training, data, model, run = Recipe.from_pretrained(path).to_dataclasses()
+    assert isinstance(training, UATConfig) and isinstance(data, DataArguments)
+    assert isinstance(model, ModelArguments) and isinstance(run, RunArguments)
+    assert (data.corpus_dir is None) != (data.corpus_specs is None)
+    assert training.output_dir
+
+
+def test_the_expected_recipes_are_shipped():
+    names = {p.name for p in SHIPPED}
+    assert {
+        "demo.yaml", "offline_multidomain.yaml", "offline_multilingual_m2o.yaml", "ted8_related_m2o.yaml",
+        "ted8_related_o2m.yaml", "ted8_diverse_m2o.yaml", "ted8_diverse_o2m.yaml", "multidomain_wmt14_tanzil_emea_kde4.yaml",
+    } <= names
+
+
+def test_paper_recipes_carry_the_paper_hyperparameters():
+    for name, lr, interval, preset, dropout in [
+        ("ted8_related_m2o.yaml", 5e-4, 2000, "transformer_iwslt_de_en", 0.3),
+        ("ted8_diverse_o2m.yaml", 5e-4, 2000, "transformer_iwslt_de_en", 0.3),
+        ("multidomain_wmt14_tanzil_emea_kde4.yaml", 7e-4, 1000, "transformer_base", 0.1),
+    ]:
+        training, data, model, _ = Recipe.from_pretrained(RECIPES_DIR / name).to_dataclasses()
+        assert (training.learning_rate, training.update_every, training.mc_samples) == (lr, interval, 30)
+        assert (training.adam_beta1, training.adam_beta2, training.warmup_steps) == (0.9, 0.98, 4000)
+        assert str(training.lr_scheduler_type).endswith(("inverse_sqrt", "INVERSE_SQRT"))
+        assert training.label_smoothing_factor == 0.1 and training.scorer_lr == 1e-4
+        assert (model.model_name_or_path, model.dropout) == (preset, dropout)
+    _, data, _, _ = Recipe.from_pretrained(RECIPES_DIR / "multidomain_wmt14_tanzil_emea_kde4.yaml").to_dataclasses()
+    assert [s["name"] for s in data.corpus_specs] == ["wmt14", "tanzil", "emea", "kde4"]
+    assert [s["name"] for s in data.eval_corpus_specs] == ["qed", "ted"]
+    assert data.corpus_specs[0]["path"] == "wmt/wmt14" and data.corpus_specs[0]["hub_config"] == "de-en"

@@ -1,0 +1,467 @@
+"""Bad inputs are refused before step 0, with a message naming the culprit; loading never runs code.
+
+Every bad input tried is one :class:`Case` in :data:`CASES`. Each case is run against the real objects
+(``UATConfig``, ``HfArgumentParser``, ``UATTrainer`` with a real tiny Marian model and tokenizer, real
+``datasets`` corpora, ``load_corpora`` on JSONL files) and must raise at construction or loading time with
+``fragment`` in its message. ``docs/validation.md`` is generated from the same cases and the messages the
+code really raises, and :func:`test_bad_input_is_refused_with_a_named_culprit` compares every raised message
+with its row in that table, so the doc cannot drift. After changing a message, regenerate the doc with::
+
+    UAT_WRITE_VALIDATION_DOC=1 python -m pytest tests/test_validation.py
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from datasets import Dataset
+from transformers import HfArgumentParser
+
+from uat_hf.callback import STATE_FILE, CorpusBalancingCallback
+from uat_hf.corpora import CorpusSpec, load_corpora
+from uat_hf.presets import build_model
+from uat_hf.sampler import CorpusBatchSampler
+from uat_hf.tokenization import train_joint_tokenizer
+from uat_hf.uat_config import UATConfig
+from uat_hf.uat_trainer import UATTrainer
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "uat_hf"
+DOC = ROOT / "docs" / "validation.md"
+WRITE_DOC = os.environ.get("UAT_WRITE_VALIDATION_DOC") == "1"
+
+SENTENCES = [
+    "the court rejected the appeal", "the patient received a new treatment", "the market closed higher today",
+    "das gericht wies die berufung ab", "der patient erhielt eine neue behandlung", "der markt schloss heute höher",
+    "the law applies to every member state", "das gesetz gilt für jeden mitgliedstaat",
+]
+
+
+# ---------------------------------------------------------------------------------------------- objects
+
+
+@dataclass
+class Env:
+    """The real objects the cases start from (module scope: built once, never mutated by a case)."""
+
+    tokenizer: Any
+    model: Any
+    train: dict[str, Dataset]
+    dev: dict[str, Dataset]
+    tmp: Path
+
+
+def _tokenized(lengths: list[int], label_lengths: list[int]) -> Dataset:
+    """A tokenized corpus with known lengths (ids 3..22, EOS = 1 at the end of every sequence)."""
+
+    def ids(n: int, shift: int) -> list[int]:
+        return [3 + (shift + i) % 20 for i in range(n - 1)] + [1]
+
+    return Dataset.from_dict({
+        "input_ids": [ids(n, i) for i, n in enumerate(lengths)],
+        "attention_mask": [[1] * n for n in lengths],
+        "labels": [ids(n, i + 7) for i, n in enumerate(label_lengths)],
+    })
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> Env:
+    tokenizer = train_joint_tokenizer(SENTENCES * 3, vocab_size=120, min_frequency=1, special_tokens=[">>de<<"])
+    assert len(tokenizer) > 23
+    import torch
+
+    torch.manual_seed(0)
+    model = build_model("tiny", tokenizer)
+    train = {"news": _tokenized([6, 9, 12, 7, 5, 8], [7, 8, 11, 6, 5, 9]), "law": _tokenized([10, 14, 30, 9], [9, 13, 20, 8])}
+    dev = {"news": _tokenized([6, 7, 8], [6, 7, 8]), "law": _tokenized([9, 10], [9, 10])}
+    return Env(tokenizer, model, train, dev, tmp_path_factory.mktemp("validation"))
+
+
+def config(env: Env, **overrides: Any) -> UATConfig:
+    settings = dict(output_dir=str(env.tmp / "out"), max_tokens=64, report_to=[], use_cpu=True, save_strategy="no",
+                    disable_tqdm=True, update_every=2, mc_samples=2)
+    settings.update(overrides)
+    return UATConfig(**settings)
+
+
+def parse(env: Env, *argv: str) -> UATConfig:
+    """What ``uat-train`` does with its command line (``HfArgumentParser`` over ``UATConfig``)."""
+    (args,) = HfArgumentParser((UATConfig,)).parse_args_into_dataclasses(
+        ["--output_dir", str(env.tmp / "out"), "--report_to", "none", "--use_cpu", *argv]
+    )
+    return args
+
+
+def trainer(env: Env, *, model: Any = None, tokenizer: Any = None, train: dict | None = None, dev: dict | None = None,
+            eval_corpora: dict | None = None, **overrides: Any) -> UATTrainer:
+    return UATTrainer(
+        model if model is not None else env.model, config(env, **overrides),
+        train_corpora=env.train if train is None else train, dev_corpora=env.dev if dev is None else dev,
+        eval_corpora=eval_corpora, processing_class=tokenizer if tokenizer is not None else env.tokenizer,
+    )
+
+
+def without(corpora: dict, name: str) -> dict:
+    return {k: v for k, v in corpora.items() if k != name}
+
+
+def with_empty(corpora: dict, name: str) -> dict:
+    return {**corpora, name: corpora[name].select([])}
+
+
+def no_eos(env: Env) -> UATTrainer:
+    model = build_model("tiny", env.tokenizer)
+    model.config.eos_token_id = None
+    tokenizer = copy.deepcopy(env.tokenizer)
+    tokenizer.eos_token = None
+    assert tokenizer.eos_token_id is None
+    return trainer(env, model=model, tokenizer=tokenizer, strategy="multiuat", measure="enteos")
+
+
+def no_dropout(env: Env) -> UATTrainer:
+    model = build_model("tiny", env.tokenizer, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    return trainer(env, model=model, strategy="multiuat", measure="exptp")
+
+
+def write_jsonl(env: Env, name: str, rows: list[dict]) -> str:
+    path = env.tmp / f"{name}.train.jsonl"
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+def load(env: Env, spec: CorpusSpec, **kwargs: Any):
+    return load_corpora([spec], env.tokenizer, splits=("train",), cache_dir=str(env.tmp / "cache"), **kwargs)
+
+
+PAIR = {"translation": {"en": "the court rejected the appeal", "de": "das gericht wies die berufung ab"}}
+
+
+def missing_target_language(env: Env):
+    rows = [PAIR, {"translation": {"en": "the law applies"}}, PAIR]
+    return load(env, CorpusSpec("legal", "en", "de", train=write_jsonl(env, "legal", rows)), tags=None)
+
+
+def missing_source_field(env: Env):
+    rows = [{"src": "the market closed", "tgt": "der markt schloss"}, {"tgt": "das gesetz gilt"}]
+    spec = CorpusSpec("news", "en", "de", train=write_jsonl(env, "news", rows), source_field="src", target_field="tgt")
+    return load(env, spec, tags=None)
+
+
+def absent_target_field(env: Env):
+    rows = [{"src": "the market closed", "tgt": "der markt schloss"}]
+    spec = CorpusSpec("news2", "en", "de", train=write_jsonl(env, "news2", rows), source_field="src", target_field="target_text")
+    return load(env, spec, tags=None)
+
+
+def unknown_language_tag(env: Env):
+    spec = CorpusSpec("legal", "en", "de", train=write_jsonl(env, "legal-tag", [PAIR]))
+    return load(env, spec, tags={"legal": ">>xx<<"})
+
+
+# ---------------------------------------------------------------------------------------------- the cases
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    bad_input: str  # what the user did, for the doc table
+    raised_by: str  # where it fails: always at construction or loading, never in train()
+    fragment: str  # must appear in the message (corpus / field / value at fault)
+    make: Callable[[Env], Any]
+    error: type[Exception] = ValueError
+
+
+P2 = '{"news": 0.5, "law": 0.5}'
+CASES: list[Case] = [
+    # --- strategy / measure / knobs (UATConfig, also what the command line builds) ---
+    Case("unknown-strategy", "`strategy=\"greedy\"`", "UATConfig",
+         "Unknown strategy 'greedy'; choose one of proportional, temperature, uniform, multiuat, multidds-s",
+         lambda e: config(e, strategy="greedy")),
+    Case("unknown-measure", "`measure=\"entropy\"`", "UATConfig",
+         "Unknown measure 'entropy'; choose one of pretp, exptp, vartp, comev, entsent, enteos",
+         lambda e: config(e, measure="entropy")),
+    Case("tau-zero", "`prior_temperature=0`", "UATConfig", "prior_temperature must be > 0", lambda e: config(e, prior_temperature=0)),
+    Case("tau-negative", "`prior_temperature=-1`", "UATConfig", "got -1", lambda e: config(e, prior_temperature=-1.0)),
+    Case("tau-nan", "`--prior_temperature nan`", "command line", "prior_temperature must be > 0 (1 = proportional, 5 = "
+         "temperature, inf = uniform), got nan", lambda e: parse(e, "--prior_temperature", "nan")),
+    Case("k-zero", "`mc_samples=0` (K)", "UATConfig", "mc_samples must be >= 1, got 0", lambda e: config(e, mc_samples=0)),
+    Case("s-zero", "`update_every=0` (S)", "UATConfig", "update_every must be >= 1, got 0", lambda e: config(e, update_every=0)),
+    Case("s-negative", "`--update_every -5` (S)", "command line", "update_every must be >= 1, got -5",
+         lambda e: parse(e, "--update_every", "-5")),
+    Case("scorer-lr-nan", "`scorer_lr=nan`", "UATConfig", "scorer_lr must be >= 0, got nan",
+         lambda e: config(e, scorer_lr=math.nan)),
+    Case("max-tokens-zero", "`max_tokens=0`", "UATConfig", "max_tokens must be >= 1 or unset, got 0",
+         lambda e: config(e, max_tokens=0)),
+    # --- hand-given probabilities ---
+    Case("probs-negative", "`--corpus_probabilities '{\"news\": -0.5, \"law\": 1.5}'`", "command line",
+         "probability of corpus 'news' is negative (-0.5)",
+         lambda e: parse(e, "--corpus_probabilities", '{"news": -0.5, "law": 1.5}')),
+    Case("probs-nan", "`corpus_probabilities={\"news\": nan, \"law\": 0.5}`", "UATConfig",
+         "probability of corpus 'news' is nan; it must be finite",
+         lambda e: config(e, corpus_probabilities={"news": math.nan, "law": 0.5})),
+    Case("probs-infinite", "`--corpus_probabilities '{\"news\": Infinity, \"law\": 0}'`", "command line",
+         "probability of corpus 'news' is inf",
+         lambda e: parse(e, "--corpus_probabilities", '{"news": Infinity, "law": 0}')),
+    Case("probs-sum", "`corpus_probabilities={\"news\": 0.5, \"law\": 0.4}`", "UATConfig",
+         "sum to 0.9, not 1", lambda e: config(e, corpus_probabilities={"news": 0.5, "law": 0.4})),
+    Case("probs-not-number", "`--corpus_probabilities '{\"news\": \"half\", \"law\": 0.5}'`", "command line",
+         "probability of corpus 'news' must be a number, got 'half'",
+         lambda e: parse(e, "--corpus_probabilities", '{"news": "half", "law": 0.5}')),
+    Case("probs-not-json", "`--corpus_probabilities news=0.5,law=0.5`", "command line",
+         "corpus_probabilities must be a JSON object", lambda e: parse(e, "--corpus_probabilities", "news=0.5,law=0.5")),
+    Case("probs-not-mapping", "`--corpus_probabilities '[0.5, 0.5]'`", "command line",
+         "corpus_probabilities must be a mapping corpus -> probability", lambda e: parse(e, "--corpus_probabilities", "[0.5, 0.5]")),
+    Case("probs-zero-dynamic", "`strategy=\"multiuat\", corpus_probabilities={\"news\": 0, \"law\": 1}`", "UATConfig",
+         "corpus_probabilities gives corpus 'news' probability 0 but strategy 'multiuat' starts its scorer",
+         lambda e: config(e, strategy="multiuat", corpus_probabilities={"news": 0, "law": 1})),
+    Case("probs-and-tau", "`--corpus_probabilities ... --prior_temperature 5`", "command line",
+         "Give either prior_temperature or corpus_probabilities, not both",
+         lambda e: parse(e, "--corpus_probabilities", P2, "--prior_temperature", "5")),
+    Case("probs-missing-corpus", "`corpus_probabilities={\"news\": 1.0}` for corpora news, law", "UATTrainer",
+         "corpus_probabilities has no probability for training corpus 'law'",
+         lambda e: trainer(e, corpus_probabilities={"news": 1.0})),
+    Case("probs-extra-corpus", "`corpus_probabilities` naming `\"medical\"`, not a training corpus", "UATTrainer",
+         "corpus_probabilities names corpus 'medical', which is not a training corpus",
+         lambda e: trainer(e, corpus_probabilities={"news": 0.5, "law": 0.25, "medical": 0.25})),
+    # --- corpora given to the trainer ---
+    Case("empty-train", "an empty training corpus", "UATTrainer", "The training corpus 'law' is empty",
+         lambda e: trainer(e, train=with_empty(e.train, "law"))),
+    Case("empty-dev", "an empty dev corpus", "UATTrainer", "The dev corpus 'news' is empty",
+         lambda e: trainer(e, dev=with_empty(e.dev, "news"))),
+    Case("empty-eval", "an empty evaluation corpus", "UATTrainer", "The evaluation corpus 'news' is empty",
+         lambda e: trainer(e, eval_corpora=with_empty(e.dev, "news"))),
+    Case("no-train-corpora", "`train_corpora={}`", "UATTrainer", "train_corpora is empty",
+         lambda e: trainer(e, train={})),
+    Case("dev-missing", "multiuat: training corpus `law` without a dev set", "UATTrainer",
+         "Training corpus 'law' has no dev set", lambda e: trainer(e, dev=without(e.dev, "law"), strategy="multiuat")),
+    Case("dev-missing-dds", "multidds-s: training corpus `news` without a dev set", "UATTrainer",
+         "Training corpus 'news' has no dev set", lambda e: trainer(e, dev=without(e.dev, "news"), strategy="multidds-s")),
+    Case("dev-extra", "multiuat: dev set `medical` without a training corpus", "UATTrainer",
+         "Dev set 'medical' has no training corpus of the same name",
+         lambda e: trainer(e, dev={**e.dev, "medical": e.dev["law"]}, strategy="multiuat")),
+    Case("train-untokenized", "a training corpus of raw text (no `input_ids`/`labels`)", "UATTrainer",
+         "Training corpus 'law' lacks the column(s) ['input_ids', 'labels']",
+         lambda e: trainer(e, train={**e.train, "law": Dataset.from_dict({"source": ["a"], "target": ["b"]})})),
+    Case("train-no-labels", "a training corpus without `labels`", "UATTrainer",
+         "Training corpus 'news' lacks the column(s) ['labels']",
+         lambda e: trainer(e, train={**e.train, "news": e.train["news"].remove_columns("labels")})),
+    Case("dev-no-labels", "multiuat: a dev corpus without `labels`", "UATTrainer",
+         "Dev corpus 'law' lacks the column(s) ['labels']",
+         lambda e: trainer(e, dev={**e.dev, "law": e.dev["law"].remove_columns("labels")}, strategy="multiuat")),
+    Case("eval-no-references", "an evaluation corpus with neither `target_text` nor `labels`", "UATTrainer",
+         "Evaluation corpus 'news' needs a 'target_text' or 'labels' column",
+         lambda e: trainer(e, eval_corpora={"news": e.dev["news"].remove_columns("labels")})),
+    Case("max-tokens-too-small", "`max_tokens=16`, longest `law` example 30 tokens", "UATTrainer",
+         "max_tokens=16 is smaller than the longest example of corpus 'law' (30 tokens", lambda e: trainer(e, max_tokens=16)),
+    # --- the model and tokenizer ---
+    Case("no-dropout", "multiuat with every dropout rate of the model 0", "UATTrainer",
+         "every dropout rate of the model is 0 (config: dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)",
+         no_dropout),
+    Case("enteos-no-eos", "`measure=\"enteos\"`, `model.config.eos_token_id=None`, tokenizer without EOS", "UATTrainer",
+         "Measure 'enteos' needs the EOS token id", no_eos),
+    # --- loading corpora from files ---
+    Case("row-missing-target", "JSONL row 1 without the target language", "load_corpora",
+         "Corpus 'legal' split 'train' row 1: target text (language 'de' in field 'translation') is missing",
+         missing_target_language),
+    Case("row-missing-source", "JSONL row 1 without the `src` field (`source_field=\"src\"`)", "load_corpora",
+         "Corpus 'news' split 'train' row 1: source text (field 'src') is missing", missing_source_field),
+    Case("field-absent", "`target_field=\"target_text\"`, no such field in the file", "load_corpora",
+         "Corpus 'news2' split 'train': target field 'target_text' not found", absent_target_field),
+    Case("unknown-language-tag", "language tag `>>xx<<` that the tokenizer lacks", "load_corpora",
+         "Language tag '>>xx<<' is not a single token of this tokenizer", unknown_language_tag),
+]
+
+
+# ---------------------------------------------------------------------------------------------- the doc
+
+DOC_HEADER = """# Validation: bad inputs and the messages they get
+
+Every input below is refused **before step 0** — when `UATConfig` is built (directly, from a recipe or from
+the command line through `HfArgumentParser`), when `UATTrainer` is constructed, or when `load_corpora`
+reads the data — never in the middle of `train()`. Each message names what is at fault: the corpus, the
+field and the value.
+
+This table is generated from the cases in `tests/test_validation.py` and the messages the code really
+raises; the test suite compares every row with the raised message, so it cannot drift. After changing a
+message, regenerate it with
+
+```
+UAT_WRITE_VALIDATION_DOC=1 python -m pytest tests/test_validation.py
+```
+
+Hand-given probabilities (`corpus_probabilities`, a mapping or a JSON object string such as
+`'{"news": 0.7, "law": 0.3}'`) replace the τ prior: static strategies sample with them throughout,
+`multiuat`/`multidds-s` start their scorer from them. They must name exactly the training corpora, be finite
+and non-negative and sum to 1 (within 1e-6); a probability of exactly 0 is allowed for static strategies
+only (the scorer's logit would be -inf).
+
+| Case | Bad input | Refused by | Exception | Message |
+|---|---|---|---|---|
+"""
+
+DOC_FOOTER = """
+## Safe loading
+
+`tests/test_validation.py::test_package_loads_nothing_unsafely` scans the package source and fails on any of:
+
+* YAML read with anything but `yaml.safe_load` / `yaml.safe_load_all` (recipes can never execute code);
+* `pickle`, `cPickle`, `dill`, `joblib`, `cloudpickle`, `torch.save`, or `allow_pickle=True`: our own state
+  files (`uat_balancing_state.json`, `balancing_history.jsonl`, `metric_signatures.json`) are JSON;
+* `torch.load(...)` without `weights_only=True`;
+* `trust_remote_code=True`: models and tokenizers are loaded with `trust_remote_code=False`, and
+  `load_tokenizer` / `build_model` refuse a request for remote code.
+"""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _doc_row(case: Case, error: Exception) -> str:
+    return f"| `{case.id}` | {_cell(case.bad_input)} | `{case.raised_by}` | `{type(error).__name__}` | `{_cell(str(error))}` |"
+
+
+def _doc_messages() -> dict[str, str]:
+    """Case id → message, read back from the table of docs/validation.md."""
+    rows = {}
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"^\| `([\w-]+)` \|.*\| `(.*)` \|$", line)
+        if match:
+            rows[match.group(1)] = match.group(2).replace("\\|", "|")
+    return rows
+
+
+@pytest.fixture(scope="module")
+def doc_rows():
+    """The rows raised in this run; written to docs/validation.md when UAT_WRITE_VALIDATION_DOC=1."""
+    rows: dict[str, str] = {}
+    yield rows
+    if WRITE_DOC and len(rows) == len(CASES):
+        table = "\n".join(rows[case.id] for case in CASES)
+        DOC.parent.mkdir(exist_ok=True)
+        DOC.write_text(DOC_HEADER + table + "\n" + DOC_FOOTER, encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+def test_cases_are_unique():
+    assert len({case.id for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_bad_input_is_refused_with_a_named_culprit(case: Case, env: Env, doc_rows: dict):
+    with pytest.raises(case.error) as raised:
+        case.make(env)
+    message = str(raised.value)
+    assert case.fragment in message
+    doc_rows[case.id] = _doc_row(case, raised.value)
+    if not WRITE_DOC:
+        documented = _doc_messages()
+        assert case.id in documented, f"{case.id} is missing from {DOC}; regenerate it (see this module's docstring)"
+        assert documented[case.id] == _cell(message).replace("\\|", "|"), f"{DOC} is stale for {case.id}; regenerate it"
+
+
+@pytest.mark.skipif(WRITE_DOC, reason="the doc is being regenerated")
+def test_doc_lists_exactly_the_cases():
+    documented = _doc_messages()
+    assert list(documented) == [case.id for case in CASES]
+    for case in CASES:
+        assert case.fragment in documented[case.id]
+
+
+# --- hand-given probabilities: accepted inputs
+
+
+def test_corpus_probabilities_from_the_command_line(env: Env):
+    args = parse(env, "--corpus_probabilities", '{"news": 0.25, "law": 0.75}', "--strategy", "uniform")
+    assert args.corpus_probabilities == {"news": 0.25, "law": 0.75}
+    # Within 1e-6 of 1 is accepted.
+    args = parse(env, "--corpus_probabilities", '{"news": 0.3333333, "law": 0.6666666}')
+    assert args.corpus_probabilities == {"news": 0.3333333, "law": 0.6666666}
+
+
+def test_static_strategy_samples_with_the_given_probabilities(env: Env):
+    t = trainer(env, strategy="uniform", corpus_probabilities={"law": 1.0, "news": 0.0})
+    np.testing.assert_array_equal(t.corpus_sampler.probabilities, [0.0, 1.0])  # in train_corpora order
+    drawn = {t.corpus_sampler.corpus_of(batch[0]) for batch in t.corpus_sampler}
+    assert drawn == {"law"}
+
+
+@pytest.mark.parametrize("strategy", ["multiuat", "multidds-s"])
+def test_dynamic_strategy_starts_its_scorer_from_the_given_probabilities(env: Env, strategy: str):
+    t = trainer(env, strategy=strategy, measure="exptp", corpus_probabilities={"news": 0.2, "law": 0.8})
+    np.testing.assert_allclose(t.balancing.scorer.prior, [0.2, 0.8])
+    np.testing.assert_allclose(t.balancing.scorer.probabilities, [0.2, 0.8], atol=1e-9)
+    np.testing.assert_allclose(t.corpus_sampler.probabilities, [0.2, 0.8], atol=1e-9)
+
+
+# --- safe loading
+
+
+_FORBIDDEN_TEXT = [
+    (re.compile(r"\byaml\.(load|load_all|full_load|full_load_all|unsafe_load|unsafe_load_all)\s*\("), "yaml.load without safe_"),
+    (re.compile(r"\bLoader\s*=\s*yaml\.(Loader|FullLoader|UnsafeLoader)"), "an unsafe YAML Loader"),
+    (re.compile(r"\b(c?[Pp]ickle|dill|joblib|cloudpickle)\b"), "pickle (state files must be JSON)"),
+    (re.compile(r"\btorch\.save\s*\("), "torch.save (pickle; state files must be JSON)"),
+    (re.compile(r"allow_pickle\s*=\s*True"), "allow_pickle=True"),
+    (re.compile(r"trust_remote_code\s*=\s*True"), "trust_remote_code=True"),
+]
+
+
+def _unsafe_torch_loads(tree: ast.AST, source: str) -> list[tuple[int, str]]:
+    """``torch.load(...)`` / ``load(...)`` imported from torch without a literal ``weights_only=True``."""
+    torch_load_names = {"torch.load"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "torch":
+            torch_load_names |= {alias.asname or alias.name for alias in node.names if alias.name == "load"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in torch_load_names:
+            safe = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                       for k in node.keywords)
+            if not safe:
+                found.append((node.lineno, ast.get_source_segment(source, node) or "torch.load(...)"))
+    return found
+
+
+def test_package_loads_nothing_unsafely():
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 10
+    problems = []
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        where = path.relative_to(ROOT)
+        for lineno, line in enumerate(source.splitlines(), 1):
+            for pattern, what in _FORBIDDEN_TEXT:
+                if pattern.search(line):
+                    problems.append(f"{where}:{lineno}: {what}: {line.strip()}")
+        for lineno, call in _unsafe_torch_loads(ast.parse(source), source):
+            problems.append(f"{where}:{lineno}: torch.load without weights_only=True: {call}")
+    assert not problems, "Unsafe loading in the package:\n" + "\n".join(problems)
+
+
+def test_the_audit_catches_what_it_should():
+    bad = "import torch\nfrom torch import load as tl\nx = torch.load(p)\ny = tl(p, weights_only=False)\nz = torch.load(p, weights_only=True)\n"
+    assert [line for line, _ in _unsafe_torch_loads(ast.parse(bad), bad)] == [3, 4]
+    hits = [what for text in ("yaml.load(f)", "import pickle", "trust_remote_code=True", "yaml.safe_load(f)")
+            for pattern, what in _FORBIDDEN_TEXT if pattern.search(text)]
+    assert len(hits) == 3
+
+
+def test_balancing_state_is_json(env: Env, tmp_path: Path):
+    sampler = CorpusBatchSampler.from_datasets(env.train, max_tokens=64)
+    callback = CorpusBalancingCallback(sampler)
+    callback.save(str(tmp_path / STATE_FILE))
+    state = json.loads((tmp_path / STATE_FILE).read_text(encoding="utf-8"))
+    assert state["sampler"]["corpora"] == {"news": 6, "law": 4}
