@@ -16,34 +16,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .rewards import IGNORE_INDEX, BalancingReward, target_logits
+from .rewards import IGNORE_INDEX, BalancingReward, dropout_active, target_logits
 
 DEV_SHARING = ("auto", "recompute", "broadcast")
 
 
 @contextlib.contextmanager
 def training_dropout(model: nn.Module, seed: int) -> Iterator[None]:
-    """Dropout on as in training, autograd on, private seeded RNG; every module's flag and ``.grad`` restored.
+    """:func:`~uat_hf.rewards.dropout_active` with autograd on; every ``.grad`` reference restored.
 
-    Normalisation layers with running statistics (BatchNorm) stay in eval mode so measuring never updates
-    their buffers. The RNG is forked (CPU and the current CUDA device), so the training stream is untouched.
     ``.grad`` is not written by the measurement (gradients come from :func:`torch.autograd.grad`); the
     references are still put back afterwards, so even a hook that wrote them cannot leak into training.
     """
-    modes = [(module, module.training) for module in model.modules()]
     grads = [(p, p.grad) for p in model.parameters()]
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     try:
-        model.train()
-        for module in model.modules():
-            if isinstance(module, nn.modules.batchnorm._NormBase):
-                module.eval()
-        with torch.random.fork_rng(devices=devices), torch.enable_grad():
-            torch.manual_seed(seed)
+        with dropout_active(model, seed), torch.enable_grad():
             yield
     finally:
-        for module, training in modes:
-            module.training = training
         for p, grad in grads:
             p.grad = grad
 

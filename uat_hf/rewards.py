@@ -51,12 +51,13 @@ class BalancingReward:
 
 
 @contextlib.contextmanager
-def mc_dropout(model: nn.Module, seed: int) -> Iterator[None]:
-    """Dropout on, everything else as in evaluation, no autograd, private RNG; modes restored exactly.
+def dropout_active(model: nn.Module, seed: int) -> Iterator[None]:
+    """Dropout on as in training, a private seeded RNG, and every module's mode restored exactly after.
 
     Hugging Face layers gate their functional dropout on ``module.training``, so the modules are put in
     training mode; normalisation layers with running statistics (BatchNorm) stay in eval mode so that
-    measuring never updates them.
+    measuring never updates them. The RNG is forked (CPU and the current CUDA device), so the training
+    stream is untouched and a resumed run draws the same masks.
     """
     modes = [(module, module.training) for module in model.modules()]
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
@@ -65,12 +66,19 @@ def mc_dropout(model: nn.Module, seed: int) -> Iterator[None]:
         for module in model.modules():
             if isinstance(module, nn.modules.batchnorm._NormBase):
                 module.eval()
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+        with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             yield
     finally:
         for module, training in modes:
             module.training = training
+
+
+@contextlib.contextmanager
+def mc_dropout(model: nn.Module, seed: int) -> Iterator[None]:
+    """:func:`dropout_active` without autograd: Monte Carlo dropout passes build no graph."""
+    with dropout_active(model, seed), torch.inference_mode():
+        yield
 
 
 def dropout_rates(model: nn.Module) -> dict[str, float]:

@@ -1,0 +1,97 @@
+"""Training overhead of balancing: static prior vs MultiUAT vs MultiDDS-S, same run, same seed.
+
+S and K are scaled down so that S/K matches the paper's 1000/30 (the overhead of MultiUAT is about
+N·K forward passes every S steps). Beside the measured ratio it prints the analytic estimate
+N·K·t_fwd / (S·t_step), with t_fwd the measured time of one MC-dropout forward pass on a dev batch and
+t_step the measured time of one static training step.
+
+Prints a table and, last, ``multiuat_overhead_percent=<x>``.
+
+    python benchmarks/training_overhead.py [--steps 300] [--update-every 100] [--mc-samples 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import torch
+from transformers import DataCollatorForSeq2Seq
+
+from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
+from uat_hf.presets import build_model
+from uat_hf.rewards import UncertaintyReward
+from uat_hf.tokenization import train_joint_tokenizer
+from uat_hf.uat_config import UATConfig
+from uat_hf.uat_trainer import UATTrainer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--update-every", type=int, default=100)
+    parser.add_argument("--mc-samples", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--dev-batch-tokens", type=int, default=1024)
+    parser.add_argument("--strategies", nargs="+", default=["proportional", "multiuat", "multidds-s"])
+    options = parser.parse_args()
+
+    specs = corpus_specs_from_directory(BUNDLED_DIR / "multidomain-en-de", "en", "de", max_examples=5000)
+    tokenizer = train_joint_tokenizer([load_corpus_split(s, "train") for s in specs], vocab_size=4000)
+    data = load_corpora(specs, tokenizer, splits=("train", "dev"), max_source_length=64, max_target_length=64)
+
+    seconds = {}
+    for strategy in options.strategies:
+        torch.manual_seed(0)
+        model = build_model(options.preset, tokenizer)
+        with tempfile.TemporaryDirectory() as out:
+            args = UATConfig(
+                output_dir=out, strategy=strategy, measure="enteos", mc_samples=options.mc_samples,
+                update_every=options.update_every, dev_batch_tokens=options.dev_batch_tokens,
+                dds_train_batch_tokens=options.dev_batch_tokens, max_steps=options.steps,
+                max_tokens=options.max_tokens, learning_rate=1e-3, report_to=[], save_strategy="no",
+                logging_steps=10_000, disable_tqdm=True, seed=0, use_cpu=not torch.cuda.is_available(),
+            )
+            trainer = UATTrainer(model, args, train_corpora=data["train"], dev_corpora=data["dev"],
+                                 processing_class=tokenizer)
+            start = time.perf_counter()
+            trainer.train()
+            seconds[strategy] = time.perf_counter() - start
+
+    # Analytic bound for MultiUAT: N·K forward passes of one dev batch every S steps.
+    model = build_model(options.preset, tokenizer).to("cuda" if torch.cuda.is_available() else "cpu")
+    collate = DataCollatorForSeq2Seq(tokenizer, model=model)
+    dev = data["dev"]["descriptions"].select_columns(["input_ids", "attention_mask", "labels"])
+    rows, tokens = [], 0
+    for row in dev:
+        rows.append(row)
+        tokens += len(row["labels"])
+        if tokens >= options.dev_batch_tokens:
+            break
+    batch = [collate(rows)]
+    reward = UncertaintyReward("enteos", 10, eos_token_id=model.config.eos_token_id)
+    reward.compute(model, [batch])  # warm-up
+    start = time.perf_counter()
+    reward.compute(model, [batch])
+    t_forward = (time.perf_counter() - start) / 10
+    n = len(data["train"])
+    t_step = seconds[options.strategies[0]] / options.steps
+    bound = 100 * n * options.mc_samples * t_forward / (options.update_every * t_step)
+
+    base = seconds[options.strategies[0]]
+    print(f"preset {options.preset}, {options.steps} steps, max_tokens {options.max_tokens}, N={n}, "
+          f"S={options.update_every}, K={options.mc_samples} (S/K={options.update_every / options.mc_samples:.1f}; "
+          f"paper 1000/30=33.3), torch threads {torch.get_num_threads()}")
+    print(f"{'strategy':<14} {'seconds':>9} {'vs static':>10}")
+    for strategy, value in seconds.items():
+        print(f"{strategy:<14} {value:9.1f} {100 * (value / base - 1):+9.2f}%")
+    print(f"t_step {t_step:.3f} s, t_fwd (one MC pass, ~{options.dev_batch_tokens} tokens) {t_forward:.3f} s")
+    print(f"analytic MultiUAT overhead N*K*t_fwd/(S*t_step) = {bound:.2f}%")
+    if "multiuat" in seconds:
+        print(f"multiuat_overhead_percent={100 * (seconds['multiuat'] / base - 1):.2f}")
+
+
+if __name__ == "__main__":
+    main()
