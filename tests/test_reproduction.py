@@ -1,0 +1,114 @@
+"""End to end: benchmarks/reproduction.py on the bundled sample, tiny model, a few steps.
+
+Checks what the study depends on: per-run results JSON, the results page with both setups, a PNG of p over
+training for the dynamic strategy, and that a second invocation skips finished runs instead of retraining.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from uat_hf.corpora import BUNDLED_DIR
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduction.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("reproduction_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def reproduction():
+    return _load_script()
+
+
+def _argv(tmp_path: Path) -> list[str]:
+    return [
+        "--data-dir", str(BUNDLED_DIR / "multidomain-en-de"), "--setup", "multidomain",
+        "--out", str(tmp_path / "out"), "--docs", str(tmp_path / "docs" / "results.md"),
+        "--preset", "tiny", "--steps", "6", "--update-every", "3", "--save-every", "3",
+        "--strategies", "proportional", "multiuat-enteos", "--seeds", "1",
+        "--max-train-examples", "120", "--eval-sentences", "6", "--vocab-size", "400",
+        "--max-tokens", "600", "--mc-samples", "2", "--dev-batch-tokens", "200", "--max-new-tokens", "12",
+        "--max-length", "48", "--significance-samples", "50",
+    ]
+
+
+def test_end_to_end_then_skip(reproduction, tmp_path, capsys):
+    argv = _argv(tmp_path)
+    assert reproduction.main(argv) == 0
+    first = capsys.readouterr().out
+    assert "Estimated total" in first
+
+    out = tmp_path / "out" / "multidomain"
+    results = {}
+    for strategy in ("proportional", "multiuat-enteos"):
+        path = out / strategy / "seed1" / "results.json"
+        assert path.is_file(), f"no results for {strategy}"
+        data = json.loads(path.read_text())
+        results[strategy] = (path, path.stat().st_mtime_ns, data)
+        assert data["strategy"] == strategy and data["seed"] == 1
+        assert set(data["test"]) == {"software", "descriptions", "bible", "dictionary"}
+        assert data["steps_done"] == 6
+        assert data["train_seconds"] > 0 and data["machine"]["torch"]
+        assert abs(sum(data["final_probabilities"].values()) - 1) < 1e-6
+        assert not list((out / strategy / "seed1").glob("checkpoint-*")), "checkpoints of a finished run are removed"
+        hyps = (out / strategy / "seed1" / "hyp" / "bible.txt").read_text().splitlines()
+        assert len(hyps) == 6
+    # The static run keeps its prior; the dynamic one recorded its updates (steps 3 and 6).
+    static = results["proportional"][2]
+    assert static["initial_probabilities"] == static["final_probabilities"]
+    history = (out / "multiuat-enteos" / "seed1" / "balancing_history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in history] == [3, 6]
+    # One tokenizer per setup, shared by the runs.
+    assert (out / "prepared" / "tokenizer" / "tokenizer.json").is_file()
+
+    page = (tmp_path / "docs" / "results.md").read_text()
+    png = tmp_path / "docs" / "figures" / "multidomain_multiuat-enteos_p.png"
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "figures/multidomain_multiuat-enteos_p.png" in page
+    assert "MultiUAT (enteos)" in page and "proportional (τ=1)" in page
+    assert "paired bootstrap" in page and "concatenation" in page
+    assert "Multilingual X→English" in page and "Not run yet" in page  # the other setup is marked missing
+    assert "## Machine" in page and "torch" in page
+
+    # Second invocation: nothing is retrained (results untouched), the page is rebuilt.
+    assert reproduction.main(argv) == 0
+    second = capsys.readouterr().out
+    assert second.count("finished earlier, skipping") == 2
+    assert "training (6 steps" not in second
+    for path, mtime, _ in results.values():
+        assert path.stat().st_mtime_ns == mtime
+    assert "reusing the prepared tokenizer" in second
+
+    # A missing seed is marked on the page, not silently dropped.
+    assert reproduction.main(argv[:-2] + ["--significance-samples", "50", "--dry-run", "--seeds", "1", "2"]) == 0
+    page = (tmp_path / "docs" / "results.md").read_text()
+    assert "(1/2)" in page and "proportional/seed2" in page
+
+
+def test_changed_data_settings_are_refused(reproduction, tmp_path):
+    argv = _argv(tmp_path) + ["--dry-run"]
+    assert reproduction.main(argv) == 0
+    changed = [a if a != "400" else "500" for a in argv]  # another vocabulary = another tokenizer
+    with pytest.raises(SystemExit, match="other data settings"):
+        reproduction.main(changed)
+
+
+def test_strategy_names(reproduction):
+    assert reproduction.parse_strategy("temperature") == {"strategy": "temperature", "prior_temperature": 5.0}
+    assert reproduction.parse_strategy("multiuat-exptp") == {"strategy": "multiuat", "measure": "exptp"}
+    assert reproduction.canonical_strategy("multiuat") == "multiuat-enteos"
+    with pytest.raises(SystemExit):
+        reproduction.parse_strategy("multiuat-bogus")
+    assert reproduction.normalized_entropy([0.25] * 4) == pytest.approx(1.0)
+    assert reproduction.normalized_entropy([1.0, 0.0]) == pytest.approx(0.0)
