@@ -24,8 +24,8 @@ Layout under ``--out``::
 
 A rerun skips every run whose ``results.json`` exists and resumes an interrupted one from its last checkpoint
 (``UATTrainer.train(resume_from_checkpoint=True)``: model, optimizer, sampler and scorer state). The results
-page (``--docs``) and its figures (``<docs dir>/figures/``) are regenerated from whatever has finished, for
-every setup found under ``--out``; runs not finished yet are marked.
+page (``--docs``) and its figures (``<docs dir>/figures/``) are regenerated from whatever has finished under
+``--out``, for both setups, after every run; runs not finished yet are marked.
 
 Evaluation: greedy decoding of the first ``--eval-sentences`` sentences of each corpus's test split, sacreBLEU
 (13a) and chrF on detokenized text; the mean is the unweighted (macro) mean over corpora, as in the paper.
@@ -77,7 +77,9 @@ SETUPS: dict[str, dict[str, Any]] = {
         "target_lang": "de",
         "corpora": ["software", "descriptions", "bible", "dictionary"],
         "vocab_size": 8000,
-        "steps": 300,
+        "max_length_ratio": 1.5,  # Moses-style length-ratio cleaning of the training pairs, in whitespace words
+        "steps": 240,
+        "updates": 6,
         "eval_sentences": 200,
         "bleu_tokenize": "13a",
     },
@@ -89,7 +91,11 @@ SETUPS: dict[str, dict[str, Any]] = {
         # The README's "diverse" group: 137K (it) down to 1.6K (zh_CN) training pairs.
         "corpora": ["it", "fr", "de", "ja", "ko", "ru", "cs", "zh_CN"],
         "vocab_size": 10000,
-        "steps": 300,
+        # No length-ratio filter: it counts whitespace-separated words, and Japanese/Chinese sources have almost
+        # none, so a 1.5 ratio would drop most ja and zh_CN training pairs (measured: ~80%).
+        "max_length_ratio": None,
+        "steps": 240,
+        "updates": 6,  # MultiDDS-S costs N·(N+1) forward/backward passes per update: fewer updates with N = 8
         "eval_sentences": 150,
         "bleu_tokenize": "13a",
     },
@@ -107,9 +113,8 @@ PAPER_SCALE = {
 #: for the time estimate until runs of the same preset have finished under --out (then those are used).
 PRESET_STEP_SECONDS = {"tiny": 0.06, "small": 1.33}
 #: Seconds per test sentence of greedy decoding (batch 64), per preset; same caveat.
-PRESET_DECODE_SECONDS = {"tiny": 0.004, "small": 0.04}
+PRESET_DECODE_SECONDS = {"tiny": 0.004, "small": 0.08}
 
-logger = logging.getLogger("reproduction")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -201,10 +206,6 @@ def normalized_entropy(p: Sequence[float]) -> float:
     return float(-(nz * np.log(nz)).sum() / math.log(p.size))
 
 
-def fmt(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
 def mean_sd(values: Sequence[float]) -> tuple[float | None, float | None]:
     if not values:
         return None, None
@@ -241,6 +242,7 @@ def setup_settings(options: argparse.Namespace) -> dict[str, Any]:
         "vocab_size": options.vocab_size or defaults["vocab_size"],
         "max_length": options.max_length,
         "eval_sentences": options.eval_sentences or defaults["eval_sentences"],
+        "max_length_ratio": defaults["max_length_ratio"],
         "subsample_seed": 0,
     }
 
@@ -289,7 +291,7 @@ def prepare_setup(options: argparse.Namespace, setup_dir: Path) -> dict[str, Any
     # ratios (and with them the proportional and temperature priors) stay those of the full corpora.
     cap = settings["max_train_examples"]
     factor = min(1.0, cap / max(full_sizes.values())) if cap else 1.0
-    preprocessing = PreprocessingConfig()
+    preprocessing = PreprocessingConfig(max_length_ratio=settings["max_length_ratio"])
     tag_of = corpus_tags(specs, "auto")
     raw_train, raw_dev, raw_test = {}, {}, {}
     for spec in specs:
@@ -360,7 +362,7 @@ def run_settings(options: argparse.Namespace) -> dict[str, Any]:
         "warmup_steps": options.warmup if options.warmup is not None else max(1, steps // 6),
         "lr_scheduler": "inverse_sqrt",
         "label_smoothing": 0.1,
-        "update_every": options.update_every or max(1, steps // 10),
+        "update_every": options.update_every or max(1, steps // SETUPS[options.setup]["updates"]),
         "mc_samples": options.mc_samples,
         "scorer_lr": options.scorer_lr,
         "scorer_steps": options.scorer_steps,
@@ -392,6 +394,12 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
     run_dir = run_dir_of(setup_dir, strategy, seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     resume = get_last_checkpoint(str(run_dir)) is not None
+    if not resume:
+        # An attempt stopped before its first checkpoint: start clean (the balancing history is appended to).
+        from uat_hf.callback import HISTORY_FILE
+
+        (run_dir / HISTORY_FILE).unlink(missing_ok=True)
+        (run_dir / "partial_time.json").unlink(missing_ok=True)
     set_seed(seed)
     model = build_model(options.preset, tokenizer, num_beams=1)
     save_steps = settings["save_steps"]
@@ -434,13 +442,29 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
     trainer.remove_callback(PrinterCallback)  # raw log dicts; the progress callback prints a readable line instead
     names = list(trainer.corpus_sampler.names)
     initial = dict(zip(names, trainer.corpus_sampler.probabilities.tolist()))
-    say(f"{options.setup}/{strategy}/seed{seed}: {'resuming from the last checkpoint' if resume else 'training'} "
+    say(f"{label}: {'resuming from the last checkpoint' if resume else 'training'} "
         f"({settings['steps']} steps, {count_parameters(model):,} parameters)")
     start = time.perf_counter()
-    output = trainer.train(resume_from_checkpoint=True if resume else None)
+    checkpoint = get_last_checkpoint(str(run_dir)) if resume else None
+    checkpoint_state = read_json(Path(checkpoint) / "trainer_state.json", {}) if checkpoint else {}
+    if checkpoint and checkpoint_state.get("global_step", 0) >= settings["steps"]:
+        # Training had finished and only the evaluation was interrupted. Trainer.train would still take one more
+        # step when resumed at max_steps, so restore the final model and balancing state from the checkpoint instead.
+        from transformers import AutoModelForSeq2SeqLM
+
+        from uat_hf.callback import STATE_FILE
+
+        trainer.model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
+        if (Path(checkpoint) / STATE_FILE).is_file():
+            trainer.balancing.load(str(Path(checkpoint) / STATE_FILE))
+        steps_done = int(checkpoint_state["global_step"])
+        log_history, training_loss = checkpoint_state.get("log_history", []), None
+    else:
+        output = trainer.train(resume_from_checkpoint=True if resume else None)
+        steps_done, log_history, training_loss = trainer.state.global_step, trainer.state.log_history, output.training_loss
     train_seconds = time.perf_counter() - start
     final = dict(zip(names, trainer.corpus_sampler.probabilities.tolist()))
-    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    losses = [e["loss"] for e in log_history if "loss" in e]
 
     start = time.perf_counter()
     model = trainer.model
@@ -466,10 +490,10 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
         "train_seconds": train_seconds + float(previous.get("seconds", 0.0)),
         "eval_seconds": eval_seconds,
         "resumed": resume,
-        "steps_done": trainer.state.global_step,
+        "steps_done": steps_done,
         "train_loss_first": losses[0] if losses else None,
         "train_loss_last": losses[-1] if losses else None,
-        "train_loss_mean": getattr(output, "training_loss", None),
+        "train_loss_mean": training_loss,
         "parameters": count_parameters(model),
         "settings": dict(settings),
         "signatures": signatures,
@@ -515,12 +539,13 @@ def _progress_callback(label: str, total_steps: int):
     class Progress(TrainerCallback):
         def __init__(self) -> None:
             self.start = time.perf_counter()
-            self.first_step: int | None = None
+            self.first_step = 0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start, self.first_step = time.perf_counter(), state.global_step  # global_step > 0 when resuming
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = logs or {}
-            if self.first_step is None:
-                self.first_step = state.global_step
             probabilities = {k[len("balance/p_"):]: v for k, v in logs.items() if k.startswith("balance/p_")}
             if probabilities:
                 p = ", ".join(f"{n} {float(v):.3f}" for n, v in probabilities.items())
@@ -557,15 +582,27 @@ def estimate_seconds(setup_dir: Path, options, meta, settings, strategy: str) ->
     token_share = settings["dev_batch_tokens"] / settings["max_tokens"]
     kind = parse_strategy(strategy)["strategy"]
     if kind == "multiuat":
-        balancing = updates * n * settings["mc_samples"] * step_s * token_share / 3  # forward ≈ 1/3 of a step
+        # Measured on CPU (loop mode): one MC-dropout pass over a dev batch costs ~0.9 of a training step of the same
+        # number of tokens (the dev batch is counted in target tokens; sources and the per-position measures add up).
+        balancing = updates * n * settings["mc_samples"] * step_s * token_share * 0.9
     elif kind == "multidds-s":
-        balancing = updates * n * (n + 1) * step_s * token_share * 1.3  # fwd+bwd, plus flattening the gradients
+        balancing = updates * n * (n + 1) * step_s * token_share * 0.8  # fwd+bwd per dev and train batch (measured)
     else:
         balancing = 0.0
     decode = PRESET_DECODE_SECONDS.get(settings["preset"], 0.2) * sum(meta["test_sizes"].values())
     if finished:
         decode = statistics.fmean(r["eval_seconds"] for r in finished)
     return settings["steps"] * step_s + balancing + decode + 15, source
+
+
+def default_estimate(setup: str, seeds: int = 3) -> tuple[dict[str, float], float]:
+    """Heuristic time per run of the default grid (nothing prepared yet), and the total over ``seeds`` seeds."""
+    options = build_parser().parse_args(["--setup", setup])
+    info = SETUPS[setup]
+    meta = {"corpora": info["corpora"], "test_sizes": {c: info["eval_sentences"] for c in info["corpora"]}}
+    settings = run_settings(options)
+    per_run = {s: estimate_seconds(Path("/nonexistent"), options, meta, settings, s)[0] for s in DEFAULT_STRATEGIES}
+    return per_run, seeds * sum(per_run.values())
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -675,7 +712,11 @@ def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path
     lines = [f"## {info['title']} (`--setup {setup}`)", ""]
     results = load_results(setup_dir)
     if meta is None:
-        lines += ["_Not run yet._ " + _how_to_run(setup), ""]
+        per_run, total = default_estimate(setup)
+        lines += ["_Not run yet._ " + _how_to_run(setup) + " With the defaults (strategies "
+                  + ", ".join(DEFAULT_STRATEGIES) + f"; seeds 1 2 3; preset `small`, {SETUPS[setup]['steps']} steps) the "
+                  "script estimates " + ", ".join(f"{strategy_label(k)} {fmt_minutes(v)}" for k, v in per_run.items())
+                  + f" per run on 2 quiet CPU cores, {fmt_minutes(total)} in total.", ""]
         return lines, []
     corpora = meta["corpora"]
     strategies = list(plan.get("strategies") or [])
@@ -687,9 +728,15 @@ def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path
     n_seeds = len(seeds)
 
     # --- data and settings
-    lines += [f"Data: `{meta['settings']['data_dir']}` — {len(corpora)} corpora. Training pairs used (full corpus in "
-              f"brackets; every corpus subsampled by the same factor {meta['subsample_factor']:.3g} so that the priors "
-              "are those of the full data), test sentences scored, and the static priors:", ""]
+    factor = meta["subsample_factor"]
+    sample = ("all of each corpus" if factor >= 1 else f"every corpus subsampled by the same factor {factor:.3g}, so the "
+              "size ratios and priors are those of the full data")
+    ratio = meta["settings"].get("max_length_ratio")
+    cleaning = (f"pairs with a source/target word-count ratio above {ratio} dropped" if ratio else
+                "no length-ratio filter (whitespace word counts are meaningless for Japanese/Chinese)")
+    lines += [f"Data: `{meta['settings']['data_dir']}` — {len(corpora)} corpora. Training pairs used after cleaning "
+              f"(full file in brackets; {sample}; duplicates and empty pairs removed, {cleaning}), test sentences "
+              "scored (the first ones of each test split), and the static priors computed from the sizes used:", ""]
     from uat_hf.priors import temperature_prior
 
     sizes = [meta["train_sizes"][n] for n in corpora]
@@ -845,7 +892,10 @@ def _winner_finding(strategies, by_run, seeds, baseline, sig) -> str:
     if not means:
         return "No run has finished yet."
     best = max(means, key=means.get)
-    text = (f"Highest mean BLEU: **{strategy_label(best)}** ({means[best]:.2f}); best static prior: "
+    chrf = {st: statistics.fmean(by_run[(st, s)]["mean_chrf"] for s in seeds if (st, s) in by_run) for st in means}
+    best_chrf = max(chrf, key=chrf.get)
+    text = (f"Highest mean BLEU: **{strategy_label(best)}** ({means[best]:.2f}; highest mean chrF: "
+            f"{strategy_label(best_chrf)}, {chrf[best_chrf]:.2f}); best static prior by BLEU: "
             f"{strategy_label(baseline) if baseline else '—'}" + (f" ({means[baseline]:.2f})." if baseline else "."))
     uat = {s: m for s, m in means.items() if s.startswith("multiuat")}
     if uat and baseline:
@@ -1012,7 +1062,7 @@ def _scale_text(out: Path, setups: Iterable[str]) -> str:
         )
     if not parts:
         parts.append("by default: preset `small` (3+3 layers, d = 256, ~8–10M parameters with the joint vocabulary), "
-                     "300 steps of ≤ 3,000 tokens on 2 CPU cores, about ten balancing updates with K = 10, greedy "
+                     "240 steps of ≤ 3,000 tokens on 2 CPU cores, 6 balancing updates with K = 10, greedy "
                      "decoding of a few hundred test sentences per corpus")
     return ("These runs are **orders of magnitude smaller** than the paper's, on offline stand-in corpora "
             "(Debian/gettext/Bible/dictionary text) — " + "; ".join(parts) + ". The paper:")
@@ -1038,7 +1088,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strategies", nargs="+", default=list(DEFAULT_STRATEGIES),
                         help="proportional temperature uniform multidds-s multiuat-<measure> ...")
     parser.add_argument("--corpora", nargs="+", help="Corpora (domains or languages) to use; default per setup.")
-    parser.add_argument("--steps", type=int, help="Optimizer steps per run (default: 300 for both setups).")
+    parser.add_argument("--steps", type=int, help="Optimizer steps per run (default: 240 for both setups, ~6-8 min per "
+                                                   "multidomain run with the small preset on 2 quiet CPU cores).")
     parser.add_argument("--preset", default="small", help="Model preset of uat_hf.presets (small, tiny, ...).")
     parser.add_argument("--max-train-examples", type=int, default=None,
                         help="Cap on the LARGEST corpus's training pairs; the others are scaled by the same factor "
@@ -1049,7 +1100,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=3000, help="Token budget per training batch.")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, help="Warmup steps (default steps // 6).")
-    parser.add_argument("--update-every", type=int, help="S, steps between balancing updates (default steps // 10).")
+    parser.add_argument("--update-every", type=int, help="S, steps between balancing updates (default: steps // 6, i.e. 6 "
+                                                         "updates per run).")
     parser.add_argument("--mc-samples", type=int, default=10, help="K, MC-dropout passes (paper: 30).")
     parser.add_argument("--scorer-lr", type=float, default=1e-3, help="Scorer Adam lr (released code: 1e-4 with far more updates).")
     parser.add_argument("--scorer-steps", type=int, default=200)

@@ -144,7 +144,7 @@ def test_argparse_type_errors_name_the_flag(tmp_path, capsys):
     config = write_recipe(tmp_path / "r.yaml", output_dir=str(tmp_path / "out"))
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--config", str(config), "--mc_samples", "many"])
-    assert exit_info.value.code == 2 and "--mc_samples: invalid int value: 'many'" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--mc_samples/--mc-samples: invalid int value: 'many'" in capsys.readouterr().err
 
 
 def test_help_lists_the_three_groups(capsys):

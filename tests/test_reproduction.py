@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -89,6 +90,23 @@ def test_end_to_end_then_skip(reproduction, tmp_path, capsys):
     for path, mtime, _ in results.values():
         assert path.stat().st_mtime_ns == mtime
     assert "reusing the prepared tokenizer" in second
+
+    # An interrupted run (a checkpoint, no results.json) resumes from that checkpoint instead of starting over:
+    # simulated by a run stopped after its step-3 checkpoint (results.json removed), then continued to step 6.
+    run = out / "multiuat-enteos" / "seed1"
+    shutil.rmtree(run)
+    short = list(argv)
+    short[short.index("--steps") + 1] = "3"
+    assert reproduction.main(short + ["--strategies", "multiuat-enteos", "--keep-checkpoints"]) == 0
+    assert [c.name for c in run.glob("checkpoint-*")] == ["checkpoint-3"]
+    (run / "results.json").unlink()
+    capsys.readouterr()
+    assert reproduction.main(argv + ["--strategies", "multiuat-enteos"]) == 0
+    assert "resuming from the last checkpoint" in capsys.readouterr().out
+    data = json.loads((run / "results.json").read_text())
+    assert data["resumed"] is True and data["steps_done"] == 6
+    history = (run / "balancing_history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in history] == [3, 6]
 
     # A missing seed is marked on the page, not silently dropped.
     assert reproduction.main(argv[:-2] + ["--significance-samples", "50", "--dry-run", "--seeds", "1", "2"]) == 0

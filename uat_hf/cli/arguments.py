@@ -26,6 +26,9 @@ __all__ = [
     "DataArguments",
     "ModelArguments",
     "RunArguments",
+    "argument_classes",
+    "make_parser",
+    "parse_recipe_and_args",
     "resolve_bundled",
 ]
 
@@ -86,6 +89,18 @@ def _as_list_of_mappings(value: Any, name: str) -> list[dict] | None:
     if duplicates:
         raise ValueError(f"{name}: corpus names must be unique; repeated: {duplicates}.")
     return result
+
+
+def _as_mapping(value: Any, name: str) -> dict | None:
+    """A YAML mapping, or the same as a JSON string (command line), → dict (``None`` when unset)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{name}: not a JSON object: {value!r} ({error}).") from None
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"{name} must be a mapping of field: value, got {value!r}.")
+    return value or None
 
 
 def _check_positive(obj: Any, *names: str) -> None:
@@ -296,6 +311,15 @@ class ModelArguments:
         },
     )
 
+    generation_overrides: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "GenerationConfig fields for evaluation and the saved model, e.g. {no_repeat_ngram_size: 3, "
+            "repetition_penalty: 1.2, length_penalty: 1.0}; a JSON string on the command line. Beams and "
+            "maximum length come from generation_num_beams / generation_max_length."
+        },
+    )
+
     def __post_init__(self) -> None:
         if not self.model_name_or_path:
             raise ValueError("model_name_or_path is empty; give a preset name, a model directory or a Hub id.")
@@ -314,13 +338,15 @@ class ModelArguments:
             value = getattr(self, name)
             if value is not None and not 0 <= value < 1:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
-        if isinstance(self.model_overrides, str):
-            try:
-                self.model_overrides = json.loads(self.model_overrides) if self.model_overrides.strip() else None
-            except json.JSONDecodeError as error:
-                raise ValueError(f"model_overrides: not a JSON object: {self.model_overrides!r} ({error}).") from None
-        if self.model_overrides is not None and not isinstance(self.model_overrides, dict):
-            raise ValueError(f"model_overrides must be a mapping of config fields, got {self.model_overrides!r}.")
+        self.model_overrides = _as_mapping(self.model_overrides, "model_overrides")
+        self.generation_overrides = _as_mapping(self.generation_overrides, "generation_overrides")
+        if self.generation_overrides:
+            from transformers import GenerationConfig
+
+            default = GenerationConfig()
+            unknown = sorted(k for k in self.generation_overrides if not hasattr(default, k))
+            if unknown:
+                raise ValueError(f"generation_overrides: {unknown} are not GenerationConfig fields.")
 
     @property
     def is_preset(self) -> bool:
@@ -337,7 +363,7 @@ class ModelArguments:
 
 @dataclass
 class RunArguments:
-    """Run-level limits that are neither data nor model (a wall-clock budget for CPU demos)."""
+    """Run-level settings that are neither data nor model: a wall-clock budget and CPU threads (CPU demos)."""
 
     _argument_group_name = "run (uat_hf.cli.RunArguments)"
 
@@ -351,7 +377,17 @@ class RunArguments:
         },
     )
 
+    torch_num_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CPU threads for PyTorch's intra-op parallelism (torch.set_num_threads). Default: PyTorch's "
+            "choice (all cores). On a CPU shared with other jobs, 1 thread is often several times faster than "
+            "competing for every core."
+        },
+    )
+
     def __post_init__(self) -> None:
+        _check_positive(self, "torch_num_threads")
         if self.max_train_minutes is not None and not self.max_train_minutes > 0:
             raise ValueError(f"max_train_minutes must be > 0 (or unset), got {self.max_train_minutes!r}.")
 
@@ -368,8 +404,9 @@ def make_parser(prog: str | None = "uat-train"):
     from ..uat_config import UATConfig
 
     parser = HfArgumentParser(
-        ARGUMENT_CLASSES(),
+        argument_classes(),
         prog=prog,
+        usage="%(prog)s [--config RECIPE] [--FIELD VALUE ...]   (uat-train --help lists every field)",
         description="Train one translation model on several corpora with corpus balancing (MultiUAT and baselines), "
         "evaluate it per corpus, and save model, tokenizer, scores and the effective recipe to output_dir.",
         epilog="Values come from the recipe given with --config, then from the command line (which wins).",
@@ -382,7 +419,7 @@ def make_parser(prog: str | None = "uat-train"):
     return parser
 
 
-def ARGUMENT_CLASSES() -> tuple[type, ...]:  # noqa: N802 - reads like the constant it stands for
+def argument_classes() -> tuple[type, ...]:
     """The dataclasses a recipe fills, in order: UATConfig, DataArguments, ModelArguments, RunArguments."""
     from ..uat_config import UATConfig
 
@@ -392,7 +429,7 @@ def ARGUMENT_CLASSES() -> tuple[type, ...]:  # noqa: N802 - reads like the const
 def field_names() -> dict[str, str]:
     """Every recipe field → the dataclass that owns it."""
     owners = {}
-    for dtype in ARGUMENT_CLASSES():
+    for dtype in argument_classes():
         for f in fields(dtype):
             if f.init:
                 owners[f.name] = dtype.__name__
@@ -437,7 +474,7 @@ def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str]
     values = vars(namespace)
     values.pop("config", None)
     outputs = []
-    for dtype in ARGUMENT_CLASSES():
+    for dtype in argument_classes():
         keys = {f.name for f in fields(dtype) if f.init}
         outputs.append(dtype(**{k: v for k, v in values.items() if k in keys}))
     effective = {

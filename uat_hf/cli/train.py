@@ -206,7 +206,10 @@ def _check_before_training(training_args, data_args, model_args, specs, train, d
 
 
 def _check_model_lengths(model, data_args: DataArguments) -> None:
-    limit = getattr(model.config, "max_position_embeddings", None)
+    _check_lengths(getattr(model.config, "max_position_embeddings", None), data_args)
+
+
+def _check_lengths(limit: int | None, data_args: DataArguments) -> None:
     for name in ("max_source_length", "max_target_length"):
         if limit is not None and getattr(data_args, name) > limit:
             raise InputError(
@@ -284,8 +287,19 @@ def prepare(
 
     start = time.monotonic() if start is None else start
     output_dir = Path(training_args.output_dir)
+    if run_args is not None and run_args.torch_num_threads is not None:
+        import torch
+
+        torch.set_num_threads(run_args.torch_num_threads)
     set_seed(training_args.seed)
 
+    if model_args.is_preset:  # cheap early check, before any data is read
+        from ..presets import MODEL_PRESETS
+
+        limit = model_args.config_overrides().get(
+            "max_position_embeddings", MODEL_PRESETS[model_args.model_name_or_path]["max_position_embeddings"]
+        )
+        _check_lengths(limit, data_args)
     specs, eval_specs = build_specs(data_args)
     tag_of, eval_tag_of = _tags(specs, eval_specs, data_args.language_tags)
     tags = sorted({t for t in list(tag_of.values()) + list(eval_tag_of.values()) if t})
@@ -315,6 +329,8 @@ def prepare(
         **model_args.config_overrides(),
     )
     _check_model_lengths(model, data_args)
+    for key, value in (model_args.generation_overrides or {}).items():
+        setattr(model.generation_config, key, value)
     _say(f"model: {model_args.model_name_or_path}, {count_parameters(model) / 1e6:.2f}M parameters; "
          f"strategy {training_args.strategy}; prep took {time.monotonic() - start:.0f}s")
 
@@ -331,8 +347,6 @@ def prepare(
 
 def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_corpora, ood, *, start: float | None = None):
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
-    import torch
-
     from ..metrics import format_table, macro_average
 
     start = time.monotonic() if start is None else start
@@ -345,8 +359,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     trainer.save_state()
 
     _say(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
-    with torch.inference_mode():
-        metrics = trainer.evaluate(eval_corpora)
+    metrics = trainer.evaluate(eval_corpora)
     in_domain = {n: _scores(metrics, n) for n in eval_corpora if n not in ood}
     out_of_domain = {n: _scores(metrics, n) for n in ood}
     if in_domain and out_of_domain:
