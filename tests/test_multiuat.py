@@ -147,7 +147,7 @@ def test_a_corpus_the_model_fits_worse_gains_probability(tiny_model, corpora, co
 def test_trainer_updates_at_the_interval_and_logs_p(tmp_path, corpora, tokenizer, tiny_model):
     args = UATConfig(
         output_dir=str(tmp_path / "out"), strategy="multiuat", measure="entsent", mc_samples=2, update_every=3,
-        max_steps=7, max_tokens=400, report_to=[], logging_steps=100, save_strategy="no", use_cpu=True,
+        max_steps=7, max_tokens=400, report_to=[], logging_steps=3, save_strategy="no", use_cpu=True,
         disable_tqdm=True,
     )
     trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
@@ -155,6 +155,8 @@ def test_trainer_updates_at_the_interval_and_logs_p(tmp_path, corpora, tokenizer
     trainer.train()
     history = [json.loads(line) for line in (tmp_path / "out" / HISTORY_FILE).read_text().splitlines()]
     assert [h["step"] for h in history] == [3, 6]
+    # The balancing log at a logging step must not swallow the training loss logged at that step.
+    assert [e["step"] for e in trainer.state.log_history if "loss" in e] == [3, 6]
     logged = [entry for entry in trainer.state.log_history if "balance/p_bible" in entry]
     assert len(logged) == 2
     assert logged[-1]["balance/p_bible"] == pytest.approx(history[-1]["probabilities"]["bible"])

@@ -167,7 +167,11 @@ class CorpusBalancingCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.reward is not None and state.global_step > 0 and state.global_step % self.update_every == 0:
+            # Logging the update goes through the Trainer's on_log, which clears the flags it has served;
+            # keep the step's own logging/saving/evaluation decisions intact.
+            flags = (control.should_log, control.should_save, control.should_evaluate)
             self.update(model, state.global_step, args.output_dir, is_world_process_zero=state.is_world_process_zero)
+            control.should_log, control.should_save, control.should_evaluate = flags
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
