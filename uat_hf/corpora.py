@@ -58,7 +58,8 @@ _TRANSLATION_FIELD = "translation"
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".tsv": "csv", ".csv": "csv", ".parquet": "parquet"}
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 _COMPRESSION_SUFFIXES = {".gz", ".bz2", ".xz", ".zst", ".lz4"}
-_DIRECTIONS = {
+#: How corpus NAMEs of a directory map to language pairs (aliases included).
+DIRECTIONS = {
     "multi-domain": "multi-domain",
     "many-to-one": "many-to-one",
     "m2o": "many-to-one",
@@ -128,6 +129,7 @@ def corpus_specs_from_directory(
     corpora: Sequence[str] | None = None,
     direction: str = "multi-domain",
     max_examples: int | None = None,
+    required_split: str = "train",
 ) -> list[CorpusSpec]:
     """Specs for a directory of ``NAME.{train,dev,test}.jsonl.gz`` files (the bundled layout).
 
@@ -141,17 +143,20 @@ def corpus_specs_from_directory(
         corpora: names to use, in this order (default: every NAME found, sorted).
         direction: ``"multi-domain"``, ``"many-to-one"`` or ``"one-to-many"``.
         max_examples: passed to every spec (first N training pairs).
+        required_split: the split every selected corpus must have; ``"test"`` admits test-only
+            (out-of-domain) corpora, and the default corpus list is then every NAME with a test file.
 
-    A split file that does not exist leaves that split ``None``; every corpus needs a train file.
+    A split file that does not exist leaves that split ``None``.
     """
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"Corpus directory {str(directory)!r} does not exist.")
-    mode = _DIRECTIONS.get(direction)
+    mode = DIRECTIONS.get(direction)
     if mode is None:
-        raise ValueError(f"Unknown direction {direction!r}; choose one of {sorted(set(_DIRECTIONS))}.")
+        raise ValueError(f"Unknown direction {direction!r}; choose one of {sorted(set(DIRECTIONS))}.")
+    _check_split(required_split)
     found = _corpus_files(directory)
-    names = _select_corpora(found, corpora, directory)
+    names = _select_corpora(found, corpora, directory, required_split)
     return [
         CorpusSpec(
             name=name,
@@ -369,13 +374,20 @@ def _corpus_files(directory: Path) -> dict[str, dict[str, Path]]:
     return found
 
 
-def _select_corpora(found: Mapping[str, Mapping[str, Path]], corpora: Sequence[str] | None, directory: Path) -> list[str]:
-    names = sorted(found) if corpora is None else list(corpora)
+def _select_corpora(
+    found: Mapping[str, Mapping[str, Path]], corpora: Sequence[str] | None, directory: Path, required_split: str
+) -> list[str]:
+    available = sorted(name for name, splits in found.items() if required_split in splits)
+    names = available if corpora is None else list(corpora)
+    if not names:
+        raise FileNotFoundError(f"No NAME.{required_split}.* files in {str(directory)!r}.")
     for name in names:
-        if name not in found:
-            raise ValueError(f"Corpus {name!r} not found in {str(directory)!r}; available: {sorted(found)}.")
-        if "train" not in found[name]:
-            raise FileNotFoundError(f"Corpus {name!r} in {str(directory)!r} has no {name}.train.* file.")
+        if required_split not in found.get(name, {}):
+            where = "not found" if name not in found else "incomplete"
+            raise ValueError(
+                f"Corpus {name!r} {where} in {str(directory)!r}: it has no {required_split} file "
+                f"({name}.{required_split}.*); available: {available}."
+            )
     return names
 
 

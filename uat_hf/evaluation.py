@@ -31,6 +31,7 @@ from .corpora import (
     CorpusSpec,
     PreprocessingConfig,
     add_language_tags,
+    corpus_specs_from_directory,
     corpus_tags,
     load_corpus_split,
     preprocess,
@@ -39,7 +40,6 @@ from .metrics import translation_scores
 from .tokenization import load_tokenizer
 
 __all__ = [
-    "DIRECTIONS",
     "SIGNIFICANCE_TESTS",
     "EvalSet",
     "eval_set_specs",
@@ -55,12 +55,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: How corpus NAMEs map to language pairs (as in :func:`uat_hf.corpora.corpus_specs_from_directory`).
-DIRECTIONS = {
-    "multi-domain": "multi-domain",
-    "many-to-one": "many-to-one", "m2o": "many-to-one", "x2en": "many-to-one",
-    "one-to-many": "one-to-many", "o2m": "one-to-many", "en2x": "one-to-many",
-}
 #: sacrebleu's paired tests: ``bs`` paired bootstrap resampling (1000 resamples by default, as Koehn
 #: 2004), ``ar`` approximate randomization (10000 trials by default).
 SIGNIFICANCE_TESTS = ("bs", "ar")
@@ -123,24 +117,13 @@ def eval_set_specs(
     the evaluated split must exist, so a test-only (out-of-domain) corpus needs no training file.
     ``corpora`` picks and orders NAMEs (default: every NAME with a ``split`` file, sorted).
     """
-    if split not in SPLITS:
-        raise ValueError(f"Unknown split {split!r}; use one of {list(SPLITS)}.")
-    mode = DIRECTIONS.get(direction)
-    if mode is None:
-        raise ValueError(f"Unknown direction {direction!r}; choose one of {sorted(DIRECTIONS)}.")
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"Corpus directory {str(directory)!r} does not exist.")
-    found = {p.name.split(".")[0]: p for p in sorted(directory.glob(f"*.{split}.*")) if p.is_file()}
-    if not found:
-        raise FileNotFoundError(f"No NAME.{split}.* files in {str(directory)!r}.")
-    names = sorted(found) if corpora is None else list(corpora)
-    specs = []
-    for name in names:
-        if name not in found:
-            raise ValueError(f"Corpus {name!r} has no {split} file in {str(directory)!r}; available: {sorted(found)}.")
-        pair = _language_pair(mode, name, source_lang, target_lang)
-        specs.append(CorpusSpec(name=name, **pair, **{split: str(found[name])}))
+    specs = corpus_specs_from_directory(
+        directory, source_lang, target_lang, corpora=corpora, direction=direction, required_split=split
+    )
+    for spec in specs:  # only the evaluated split is read
+        for other in SPLITS:
+            if other != split:
+                setattr(spec, other, None)
     return specs
 
 
@@ -315,16 +298,6 @@ def _source_limit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, re
     if tokenizer.model_max_length < 1_000_000:  # transformers' "no limit" is a huge sentinel
         limits.append(tokenizer.model_max_length)
     return min((limit for limit in limits if limit), default=512)
-
-
-def _language_pair(mode: str, name: str, source_lang: str | None, target_lang: str | None) -> dict[str, str]:
-    if mode == "multi-domain":
-        if not source_lang or not target_lang:
-            raise ValueError("Multi-domain test sets need both the source and the target language (e.g. en, de).")
-        return {"source_lang": source_lang, "target_lang": target_lang}
-    if mode == "many-to-one":
-        return {"source_lang": name, "target_lang": target_lang or "en"}
-    return {"source_lang": source_lang or "en", "target_lang": name}
 
 
 @contextlib.contextmanager

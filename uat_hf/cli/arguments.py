@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..corpora import BUNDLED_DIR, SPLITS, CorpusSpec
+from ..corpora import BUNDLED_DIR, DIRECTIONS, SPLITS, CorpusSpec
 from ..presets import MODEL_PRESETS
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
 
 #: ``bundled:NAME`` in a path means ``uat_hf/bundled/NAME`` (the sample corpora shipped with the package).
 BUNDLED_PREFIX = "bundled:"
-DIRECTIONS = ("multi-domain", "many-to-one", "one-to-many", "m2o", "o2m", "x2en", "en2x")
 EVAL_SPLITS = ("dev", "test")
 LANGUAGE_TAG_MODES = ("auto", "target", "none")
 TOKENIZER_MODELS = ("bpe", "unigram")

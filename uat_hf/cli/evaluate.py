@@ -22,9 +22,8 @@ from typing import Any, Sequence
 
 import datasets
 
-from ..corpora import corpus_tags
+from ..corpora import DIRECTIONS, corpus_tags
 from ..evaluation import (
-    DIRECTIONS,
     SIGNIFICANCE_TESTS,
     EvalSet,
     eval_set_specs,
