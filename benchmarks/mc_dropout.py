@@ -113,6 +113,10 @@ def main() -> None:
           f"N={len(dev_rows)} corpora, ~{options.dev_tokens} target tokens each, measure {options.measure}, "
           f"torch threads {torch.get_num_threads()}")
     print(f"{'K':>3} {'method':<22} {'seconds':>8} {'peak MB':>8}  rewards")
+    # Untimed warm-up of both methods: CUDA context, cuBLAS handles and kernel caches (or CPU thread pools) must
+    # not land in whichever method happens to be timed first.
+    authors_style(model, dev_rows, collate, options.measure, 1, eos)
+    UncertaintyReward(options.measure, 1, eos_token_id=eos).compute(model, dev_batches, seed=0)
     speedups = {}
     for k in options.ks:
         timings = {}
