@@ -123,8 +123,9 @@ class CorpusBalancingCallback(TrainerCallback):
         #: ``output_dir/checkpoint-<global_step>`` (where the Trainer itself saves) is used.
         self.resume_from: str | None = None
         self.scorer: CorpusScorer | None = None
-        self.dev_corpora = dict(dev_corpora or {})
-        self.train_corpora = dict(train_corpora or {})
+        # Only the model's columns, selected once: select_columns builds a new Dataset (and fingerprint) per call.
+        self.dev_corpora = {n: _model_columns(d) for n, d in (dev_corpora or {}).items()}
+        self.train_corpora = {n: _model_columns(d) for n, d in (train_corpora or {}).items()}
         if reward is not None:
             if self.update_every < 1:
                 raise ValueError(f"update_every must be >= 1, got {update_every}.")
@@ -277,9 +278,13 @@ def _truncate_history(path: str, last_step: int) -> None:
         f.writelines(kept)
 
 
-def _rows(dataset, indices: Sequence[int]) -> list[dict]:
+def _model_columns(dataset):
     columns = [c for c in ("input_ids", "attention_mask", "labels") if c in dataset.column_names]
-    batch = dataset.select_columns(columns)[np.asarray(indices).tolist()]
+    return dataset.select_columns(columns) if len(columns) < len(dataset.column_names) else dataset
+
+
+def _rows(dataset, indices: Sequence[int]) -> list[dict]:
+    batch = dataset[np.asarray(indices).tolist()]
     return [dict(zip(batch, values)) for values in zip(*batch.values())]
 
 
