@@ -263,16 +263,21 @@ def prepare_setup(options: argparse.Namespace, setup_dir: Path) -> dict[str, Any
     settings = setup_settings(options)
     prepared = setup_dir / PREPARED_DIR
     meta_path = prepared / "meta.json"
-    meta = read_json(meta_path)
-    if meta is not None:
-        if meta["settings"] != settings:
-            changed = {k: (meta["settings"].get(k), v) for k, v in settings.items() if meta["settings"].get(k) != v}
+    previous = read_json(meta_path)
+    if previous is not None:
+        # The data directory may have moved (runs unpacked on another machine); every other setting must match.
+        changed = {k: (previous["settings"].get(k), v) for k, v in settings.items()
+                   if k != "data_dir" and previous["settings"].get(k) != v}
+        if changed:
             raise SystemExit(
                 f"{setup_dir} was prepared with other data settings {changed} (old, new). Runs must share one tokenizer "
                 "and one data sample: use the old settings or another --out."
             )
-        say(f"{options.setup}: reusing the prepared tokenizer and data in {prepared}")
-        return meta
+        if _prepared_complete(prepared, previous):
+            say(f"{options.setup}: reusing the prepared tokenizer and data in {prepared}")
+            return previous
+        say(f"{options.setup}: {prepared} holds the finished runs' metadata but not the tokenizer and tokenized data "
+            "(e.g. runs unpacked from an archive); preparing them again with the same settings")
 
     defaults = SETUPS[options.setup]
     data_dir = Path(options.data_dir)
@@ -306,11 +311,15 @@ def prepare_setup(options: argparse.Namespace, setup_dir: Path) -> dict[str, Any
         test = add_language_tags(preprocess(load_corpus_split(spec, "test"), preprocessing, corpus=spec.name,
                                             split="test"), target_tag=tag_of[spec.name])
         raw_test[spec.name] = test.select(range(min(settings["eval_sentences"], len(test))))
+    sizes = {"corpora": wanted, "train_sizes": {n: len(d) for n, d in raw_train.items()},
+             "dev_sizes": {n: len(d) for n, d in raw_dev.items()}, "test_sizes": {n: len(d) for n, d in raw_test.items()}}
+    _check_same_preparation(previous, sizes, options.setup, data_dir, setup_dir)
     say(f"{options.setup}: training a joint BPE tokenizer (vocab {settings['vocab_size']}) on "
         f"{sum(len(d) for d in raw_train.values()):,} training pairs")
     tokenizer = train_joint_tokenizer(list(raw_train.values()), vocab_size=settings["vocab_size"],
                                       special_tokens=sorted({t for t in tag_of.values() if t}),
                                       model_max_length=settings["max_length"])
+    _check_same_preparation(previous, {"vocab_size": len(tokenizer)}, options.setup, data_dir, setup_dir)
     tokenizer.save_pretrained(prepared / "tokenizer")
     tokenizer = load_tokenizer(str(prepared / "tokenizer"))
     for split, raw in (("train", raw_train), ("dev", raw_dev)):
@@ -321,11 +330,8 @@ def prepare_setup(options: argparse.Namespace, setup_dir: Path) -> dict[str, Any
         write_json(prepared / "test" / f"{name}.json", {"source": list(dataset["source"]), "target": list(dataset["target"])})
     meta = {
         "settings": settings,
-        "corpora": wanted,
+        **sizes,
         "full_train_sizes": full_sizes,
-        "train_sizes": {n: len(d) for n, d in raw_train.items()},
-        "dev_sizes": {n: len(d) for n, d in raw_dev.items()},
-        "test_sizes": {n: len(d) for n, d in raw_test.items()},
         "subsample_factor": factor,
         "vocab_size": len(tokenizer),
         "prepare_seconds": time.perf_counter() - start,
@@ -333,6 +339,23 @@ def prepare_setup(options: argparse.Namespace, setup_dir: Path) -> dict[str, Any
     write_json(meta_path, meta)
     say(f"{options.setup}: prepared in {meta['prepare_seconds']:.0f} s; train sizes {meta['train_sizes']}")
     return meta
+
+
+def _check_same_preparation(previous: Mapping[str, Any] | None, fresh: Mapping[str, Any], setup: str, data_dir: Path,
+                            setup_dir: Path) -> None:
+    """Preparing again is deterministic (same files, subsample seed and BPE training), so it must reproduce the corpora
+    and vocabulary the finished runs used -- checked before anything is written, else old and new runs would mix."""
+    if previous is None:
+        return
+    differs = [k for k, v in fresh.items() if previous.get(k) != v]
+    if differs:
+        raise SystemExit(f"Preparing {setup} again from {data_dir} gave other {differs} than the finished runs under "
+                         f"{setup_dir} used: is it the same data? Use another --out for new data.")
+
+
+def _prepared_complete(prepared: Path, meta: Mapping[str, Any]) -> bool:
+    folders = [prepared / "tokenizer"] + [prepared / split / name for split in ("train", "dev") for name in meta["corpora"]]
+    return all(folder.is_dir() for folder in folders)
 
 
 def load_prepared(setup_dir: Path, meta: Mapping[str, Any]):
@@ -902,14 +925,16 @@ def _winner_finding(strategies, by_run, seeds, baseline, sig) -> str:
         best_uat = max(uat, key=uat.get)
         tests = [sig[(best_uat, s)] for s in seeds if (best_uat, s) in sig]
         n_sig = sum(1 for t in tests if t["bleu"]["p_value"] < 0.05 and t["bleu"]["system"] > t["bleu"]["baseline"])
+        n_worse = sum(1 for t in tests if t["bleu"]["p_value"] < 0.05 and t["bleu"]["system"] < t["bleu"]["baseline"])
         delta = uat[best_uat] - means[baseline]
         if delta > 0 and tests and n_sig == len(tests):
             text += (f" The best MultiUAT variant, {strategy_label(best_uat)}, beats it by {delta:+.2f} BLEU, "
                      f"significantly in every seed ({n_sig}/{len(tests)}) — the paper's main claim holds at this scale.")
         elif delta > 0:
-            text += (f" The best MultiUAT variant, {strategy_label(best_uat)}, is ahead by {delta:+.2f} BLEU, but "
-                     f"significantly so in only {n_sig} of {len(tests)} seeds: at this scale the paper's gain is not "
-                     "established.")
+            text += (f" The best MultiUAT variant, {strategy_label(best_uat)}, is ahead by {delta:+.2f} BLEU on average, "
+                     f"but significantly better in only {n_sig} of {len(tests)} seeds"
+                     + (f" (and significantly worse in {n_worse})" if n_worse else "")
+                     + ": at this scale the paper's gain is not established.")
         elif delta == 0:
             text += (f" The best MultiUAT variant, {strategy_label(best_uat)}, ties with it — the paper's gain does not "
                      "show at this scale.")
@@ -997,7 +1022,7 @@ def write_page(out: Path, docs: Path, samples: int, setups: Iterable[str]) -> No
     page_dir = docs.parent
     figures_dir = page_dir / "figures"
     lines = [
-        "# Reproduction at CPU scale: MultiUAT vs. static priors and MultiDDS-S",
+        "# Reproduction at small scale: MultiUAT vs. static priors and MultiDDS-S",
         "",
         "Generated by `benchmarks/reproduction.py` from the runs under "
         f"`{_display_path(out)}` (last regenerated {_dt.datetime.now().isoformat(timespec='minutes')}); rerun the "
@@ -1022,6 +1047,9 @@ def write_page(out: Path, docs: Path, samples: int, setups: Iterable[str]) -> No
         "strategy helps which corpus) appears early in training, not whether its final numbers reproduce.",
         "",
     ]
+    notes = docs.with_name(docs.stem + "_notes.md")
+    if notes.is_file():  # hand-written context for the current runs (how and where they ran, what to make of them)
+        lines += [notes.read_text(encoding="utf-8").strip(), ""]
     machines: list[dict] = []
     for setup in setups:
         section, machine_records = setup_section(setup, out / setup, figures_dir, page_dir, samples)

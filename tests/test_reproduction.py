@@ -130,3 +130,36 @@ def test_strategy_names(reproduction):
         reproduction.parse_strategy("multiuat-bogus")
     assert reproduction.normalized_entropy([0.25] * 4) == pytest.approx(1.0)
     assert reproduction.normalized_entropy([1.0, 0.0]) == pytest.approx(0.0)
+
+
+def test_runs_unpacked_without_prepared_data_are_prepared_again(reproduction, tmp_path, capsys):
+    """An archive of finished runs keeps meta.json and the test sets, not the tokenizer and tokenized data; the data
+    directory may also sit elsewhere. Preparing again must give the same corpora and vocabulary, or refuse."""
+    argv = _argv(tmp_path) + ["--dry-run"]
+    assert reproduction.main(argv) == 0
+    prepared = tmp_path / "out" / "multidomain" / "prepared"
+    meta = json.loads((prepared / "meta.json").read_text())
+    tokenizer = (prepared / "tokenizer" / "tokenizer.json").read_text()
+    for folder in ("tokenizer", "train", "dev"):
+        shutil.rmtree(prepared / folder)
+    moved = tmp_path / "moved-data"
+    shutil.copytree(BUNDLED_DIR / "multidomain-en-de", moved)
+    moved_argv = list(argv)
+    moved_argv[moved_argv.index("--data-dir") + 1] = str(moved)
+    capsys.readouterr()
+    assert reproduction.main(moved_argv) == 0
+    assert "preparing them again" in capsys.readouterr().out
+    assert (prepared / "tokenizer" / "tokenizer.json").read_text() == tokenizer
+    again = json.loads((prepared / "meta.json").read_text())
+    assert {k: again[k] for k in ("corpora", "train_sizes", "vocab_size")} == {k: meta[k] for k in ("corpora", "train_sizes", "vocab_size")}
+    assert (prepared / "train" / "bible").is_dir()
+
+    # Other data under the same runs: refused before anything is written.
+    shutil.rmtree(prepared / "tokenizer")
+    bible = moved / "bible.train.jsonl.gz"
+    bible.unlink()
+    shutil.copy(BUNDLED_DIR / "multidomain-en-de" / "dictionary.train.jsonl.gz", bible)
+    with pytest.raises(SystemExit, match="other .*than the finished runs"):
+        reproduction.main(moved_argv)
+    assert json.loads((prepared / "meta.json").read_text()) == again
+    assert not (prepared / "tokenizer").exists()
