@@ -190,3 +190,34 @@ def test_multiuat_needs_a_dev_set_per_training_corpus(tmp_path, corpora, tokeniz
     del dev["software"]
     with pytest.raises(ValueError, match="Training corpus 'software' has no dev set"):
         UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=dev, processing_class=tokenizer)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_passes_run_in_the_training_precision(tmp_path, corpora, tokenizer, tiny_model, bf16):
+    """Under bf16 training the Trainer's forward is autocast; the MC-dropout passes must be too (on a GPU a float32
+    pass costs several times a bf16 one), and the rewards must stay what float32 measures, up to bf16 rounding."""
+    args = UATConfig(
+        output_dir=str(tmp_path / "out"), strategy="multiuat", measure="entsent", mc_samples=2, update_every=100,
+        max_steps=1, max_tokens=400, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, bf16=bf16,
+    )
+    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+                         processing_class=tokenizer)
+    balancing = trainer.balancing
+    # The dev batches and dropout seed the update is about to use (both depend only on the update count).
+    dev = [balancing._token_batches(balancing.dev_corpora[n], balancing._dev_lengths[n], balancing.dev_batch_tokens, i, 0)
+           for i, n in enumerate(balancing.sampler.names)]
+    seed = int(np.random.SeedSequence([balancing.seed, 0, 0]).generate_state(1)[0])
+    seen = []
+    layer = tiny_model.get_decoder().layers[0].fc1
+    handle = layer.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    try:
+        record = trainer.balancing.update(tiny_model, 1)
+    finally:
+        handle.remove()
+    assert seen and set(seen) == {torch.bfloat16 if bf16 else torch.float32}
+    rewards = np.array(list(record["rewards"].values()))
+    assert np.isfinite(rewards).all() and (rewards > 0).all()
+    if bf16:
+        reference = UncertaintyReward("entsent", 2, eos_token_id=tiny_model.config.eos_token_id)
+        float32 = reference.finalize(reference.compute(tiny_model, dev, seed=seed))[0]
+        np.testing.assert_allclose(rewards, float32, rtol=0.05)

@@ -17,6 +17,7 @@ training resumes, whether the Trainer is ours or a stock one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -192,8 +193,9 @@ class CorpusBalancingCallback(TrainerCallback):
                              for i, n in enumerate(self.sampler.names)]
         process_index, num_processes = self._shard()
         seed = int(np.random.SeedSequence([self.seed, self.update_count, process_index]).generate_state(1)[0])
-        shares = self.reward.compute(model, dev_batches, train_batches, process_index=process_index,
-                                     num_processes=num_processes, seed=seed)
+        with self._training_precision():
+            shares = self.reward.compute(model, dev_batches, train_batches, process_index=process_index,
+                                         num_processes=num_processes, seed=seed)
         totals = {key: self._sum_over_ranks(value) for key, value in shares.items()}
         rewards, extras = self.reward.finalize(totals)
         self.update_count += 1
@@ -227,6 +229,11 @@ class CorpusBalancingCallback(TrainerCallback):
         rng = np.random.default_rng([self.seed, self.update_count, purpose, corpus])
         chosen = draw_token_batch(lengths, tokens, rng)
         return [self.collate_fn(_rows(dataset, chunk)) for chunk in split_by_tokens(chosen, lengths, self.sub_batch_tokens)]
+
+    def _training_precision(self):
+        """The passes run in the precision the model trains in: under ``bf16``/``fp16`` the Trainer's forward is
+        autocast, and measuring in float32 instead would make the K·N passes several times slower on a GPU."""
+        return self.accelerator.autocast() if self.accelerator is not None else contextlib.nullcontext()
 
     def _shard(self) -> tuple[int, int]:
         if self.accelerator is None:
