@@ -217,6 +217,28 @@ def test_ratio_filter_keeps_exactly_the_pairs_within_ratio():
     assert len(preprocess(pairs(rows), PreprocessingConfig(max_length_ratio=None), corpus="t")) == len(rows)
 
 
+def test_a_filter_that_removes_much_of_a_corpus_warns_with_its_name(caplog):
+    """Japanese has no spaces: the word-count ratio filter would silently drop most of it; it must say so."""
+    rows = [
+        ("私は毎朝コーヒーを飲みます。", "I drink coffee every morning."),
+        ("このパッケージには開発用のファイルが含まれています。", "This package contains the development files."),
+        ("図書館は駅の近くにあります。", "The library is near the station."),
+        ("明日は雨が降るでしょう。", "It will probably rain tomorrow."),
+        ("猫", "cat"),
+    ]
+    with caplog.at_level("WARNING", logger="uat_hf.corpora"):
+        kept = preprocess(pairs(rows), PreprocessingConfig(max_length_ratio=1.5), corpus="ja")
+    assert as_rows(kept) == [("猫", "cat")]
+    warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warning) == 1 and "'ja'" in warning[0] and "removed 4 of 5" in warning[0]
+    assert "max_length_ratio" in warning[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="uat_hf.corpora"):  # a few misaligned pairs among many: no warning
+        preprocess(pairs([(f"a{i} b", f"x{i} y") for i in range(9)] + [("a b c d", "x")]),
+                   PreprocessingConfig(max_length_ratio=1.5), corpus="de")
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_dedupe_keeps_first_occurrence_of_identical_pairs():
     rows = [("a", "x"), ("b", "y"), ("a", "x"), ("a", "z"), (" b ", "y")]
     kept = preprocess(pairs(rows), PreprocessingConfig(max_length_ratio=None), corpus="t")

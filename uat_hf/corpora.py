@@ -185,12 +185,18 @@ def load_corpus_split(spec: CorpusSpec, split: str, *, cache_dir: str | None = N
     return _extract_pair(raw, spec, split)
 
 
+#: Share of a training corpus removed by the cleaning filters above which :func:`preprocess` warns.
+FILTER_WARNING_SHARE = 0.2
+
+
 @dataclass
 class PreprocessingConfig:
     """Training-data cleaning, applied to the TRAIN split only (see :func:`preprocess`).
 
     Lengths are whitespace-separated words, as in Moses ``clean-corpus-n.perl`` (which the paper's
-    ``ratio 1.5`` comes from), not subwords: filtering does not depend on the tokenizer.
+    ``ratio 1.5`` comes from), not subwords: filtering does not depend on the tokenizer. For a language
+    written without spaces that makes a sentence one word, so disable the ratio filter for it;
+    :func:`preprocess` warns, naming the corpus, when the filters remove more than 20% of a training corpus.
 
     Attributes:
         max_length_ratio: drop a pair when ``max(src_words / tgt_words, tgt_words / src_words)`` exceeds
@@ -236,7 +242,17 @@ def preprocess(
         "max_target_words": config.max_target_words if is_train else None,
     }
     if any(value not in (None, False) for value in filter_kwargs.values()):
+        unfiltered = len(dataset)
         dataset = dataset.filter(_keep_batch, batched=True, fn_kwargs=filter_kwargs, desc=f"{corpus}/{split}: filter")
+        removed = unfiltered - len(dataset)
+        if is_train and removed > FILTER_WARNING_SHARE * unfiltered:
+            logger.warning(
+                "Corpus %r split %r: the cleaning filters removed %d of %d pairs (%.0f%%). Lengths are whitespace-"
+                "separated words, so a language written without spaces (Chinese, Japanese, Thai) counts a whole "
+                "sentence as one word and fails the length-ratio filter: set max_length_ratio to None (YAML: null) "
+                "for such corpora, or check the data for misaligned pairs.",
+                corpus, split, removed, unfiltered, 100 * removed / unfiltered,
+            )
     if is_train and config.dedupe:
         dataset = _dedupe(dataset)
     if len(dataset) == 0:
