@@ -13,7 +13,6 @@ Prints a table and, last, ``multiuat_overhead_percent=<x>``.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from transformers import DataCollatorForSeq2Seq
 
 from uat_hf.callback import HISTORY_FILE
 from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
+from uat_hf.plotting import load_history
 from uat_hf.presets import build_model
 from uat_hf.rewards import UncertaintyReward
 from uat_hf.tokenization import train_joint_tokenizer
@@ -63,8 +63,7 @@ def main() -> None:
             start = time.perf_counter()
             trainer.train()
             seconds = time.perf_counter() - start
-            history = Path(out) / HISTORY_FILE
-            in_updates = sum(json.loads(line)["seconds"] for line in history.read_text().splitlines()) if history.exists() else 0.0
+            in_updates = sum(r["seconds"] for r in load_history(out)) if (Path(out) / HISTORY_FILE).exists() else 0.0
             return seconds, in_updates
 
     # Untimed warm-up of every code path (CUDA context, kernel caches for the training and the inference shapes,

@@ -204,9 +204,7 @@ def test_passes_run_in_the_training_precision(tmp_path, corpora, tokenizer, tiny
                          processing_class=tokenizer)
     balancing = trainer.balancing
     # The dev batches and dropout seed the update is about to use (both depend only on the update count).
-    dev = [balancing._token_batches(balancing.dev_corpora[n], balancing._dev_lengths[n], balancing.dev_batch_tokens, i, 0)
-           for i, n in enumerate(balancing.sampler.names)]
-    seed = int(np.random.SeedSequence([balancing.seed, 0, 0]).generate_state(1)[0])
+    dev, seed = balancing.dev_batches(), balancing.dropout_seed()
     seen = []
     layer = tiny_model.get_decoder().layers[0].fc1
     handle = layer.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))

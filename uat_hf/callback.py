@@ -185,14 +185,13 @@ class CorpusBalancingCallback(TrainerCallback):
     def update(self, model: torch.nn.Module, step: int, output_dir: str | None = None, *, is_world_process_zero: bool = True) -> dict | None:
         """One balancing update: measure every corpus, update ψ, set the sampler's p. Returns the record."""
         start = time.perf_counter()
-        dev_batches = [self._token_batches(self.dev_corpora[n], self._dev_lengths[n], self.dev_batch_tokens, i, 0)
-                       for i, n in enumerate(self.sampler.names)]
+        dev_batches = self.dev_batches()
         train_batches = None
         if self.reward.needs_train_batches:
             train_batches = [self._token_batches(self.train_corpora[n], self._train_lengths[n], self.train_batch_tokens, i, 1)
                              for i, n in enumerate(self.sampler.names)]
         process_index, num_processes = self._shard()
-        seed = int(np.random.SeedSequence([self.seed, self.update_count, process_index]).generate_state(1)[0])
+        seed = self.dropout_seed(process_index)
         with self._training_precision():
             shares = self.reward.compute(model, dev_batches, train_batches, process_index=process_index,
                                          num_processes=num_processes, seed=seed)
@@ -224,6 +223,15 @@ class CorpusBalancingCallback(TrainerCallback):
             logs["balance/seconds"] = record["seconds"]
             self.log_fn(logs)
         return record
+
+    def dev_batches(self) -> list[list[dict]]:
+        """The collated dev batches of every corpus for the next update (seeded by the seed and the update count)."""
+        return [self._token_batches(self.dev_corpora[n], self._dev_lengths[n], self.dev_batch_tokens, i, 0)
+                for i, n in enumerate(self.sampler.names)]
+
+    def dropout_seed(self, process_index: int = 0) -> int:
+        """Seed of this rank's MC-dropout masks (or gradient-cosine dropout) for the next update."""
+        return int(np.random.SeedSequence([self.seed, self.update_count, process_index]).generate_state(1)[0])
 
     def _token_batches(self, dataset, lengths: np.ndarray, tokens: int, corpus: int, purpose: int) -> list[dict]:
         rng = np.random.default_rng([self.seed, self.update_count, purpose, corpus])

@@ -302,16 +302,16 @@ class CorpusScorer:
             self._check_prior(state["prior"])
             prior = np.asarray(state["prior"], dtype=np.float64)  # as saved, bit for bit (no renormalisation)
         adam = state.get("adam")
-        adam_tensors = None
+        adam_state = None
         if adam is not None:
-            adam_tensors = (int(adam["step"]), vector("adam.exp_avg", adam["exp_avg"]), vector("adam.exp_avg_sq", adam["exp_avg_sq"]))
+            adam_state = (int(adam["step"]), vector("adam.exp_avg", adam["exp_avg"]), vector("adam.exp_avg_sq", adam["exp_avg_sq"]))
 
         # Everything validated: now mutate.
         self.lr, self.steps, self.betas, self._prior = lr, steps, betas, prior
         self._psi = logits
         self._optimizer = _Adam(self.lr, self.betas)
-        if adam_tensors is not None:
-            self._optimizer.step_count, self._optimizer.exp_avg, self._optimizer.exp_avg_sq = adam_tensors
+        if adam_state is not None:
+            self._optimizer.step_count, self._optimizer.exp_avg, self._optimizer.exp_avg_sq = adam_state
         self.update_count = int(state["update_count"])
 
     def __repr__(self) -> str:
