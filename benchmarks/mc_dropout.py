@@ -6,14 +6,19 @@ layer at every position. uat-hf runs without autograd, sorts the drawn sentences
 sub-batches, applies the output layer only at real target positions, and on a GPU repeats the batch K
 times along the batch axis. Both use the same measure code, so only the execution differs.
 
+``--precision`` runs both methods in the same training precision, as the Trainer would: ``bf16``/``fp16``
+under autocast (what ``CorpusBalancingCallback`` does when the model trains with ``bf16``/``fp16``), ``tf32``
+with TF32 matrix products (``tf32=True``; CUDA only).
+
 Prints a table (time, peak memory, rewards) and, last, ``speedup_k30=<x>``.
 
-    python benchmarks/mc_dropout.py [--preset small] [--vocab 8000] [--device cpu|cuda]
+    python benchmarks/mc_dropout.py [--preset small] [--vocab 8000] [--device cpu|cuda] [--precision fp32|tf32|bf16|fp16]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import threading
 import time
@@ -81,6 +86,17 @@ def authors_style(model, dev_rows, collate, measure: str, k: int, eos: int) -> n
     return np.array(rewards)
 
 
+def training_precision(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The numeric setting both methods run in: autocast for bf16/fp16, TF32 matrix products for tf32."""
+    if precision in ("bf16", "fp16"):
+        return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    if precision == "tf32":
+        if device.type != "cuda":
+            raise SystemExit("--precision tf32 needs a CUDA device.")
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    return contextlib.nullcontext()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="small")
@@ -90,6 +106,7 @@ def main() -> None:
     parser.add_argument("--dev-tokens", type=int, default=1024)
     parser.add_argument("--ks", type=int, nargs="+", default=[10, 30])
     parser.add_argument("--repeats", type=int, default=1, help="Timed runs per method and K; the fastest counts.")
+    parser.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), default="fp32")
     options = parser.parse_args()
     device = torch.device(options.device)
     torch.manual_seed(0)
@@ -113,8 +130,15 @@ def main() -> None:
 
     print(f"model {options.preset}: {count_parameters(model) / 1e6:.1f}M parameters, device {device}, "
           f"N={len(dev_rows)} corpora, ~{options.dev_tokens} target tokens each, measure {options.measure}, "
-          f"torch threads {torch.get_num_threads()}")
+          f"precision {options.precision}, torch threads {torch.get_num_threads()}")
     print(f"{'K':>3} {'method':<22} {'seconds':>8} {'peak MB':>8}  rewards")
+    with training_precision(options.precision, device):
+        speedups = measure_speedups(options, model, dev_rows, dev_batches, collate, eos, device)
+    print(f"speedup_k{options.ks[-1]}={speedups[options.ks[-1]]:.2f}")
+
+
+def measure_speedups(options, model, dev_rows, dev_batches, collate, eos: int, device: torch.device) -> dict[int, float]:
+    """Times both methods per K, prints a row per run, returns the speed-ups."""
     # Untimed warm-up of both methods: CUDA context, cuBLAS handles and kernel caches (or CPU thread pools) must
     # not land in whichever method happens to be timed first.
     authors_style(model, dev_rows, collate, options.measure, 1, eos)
@@ -139,7 +163,7 @@ def main() -> None:
             print(f"{k:>3} {label:<22} {seconds:8.2f} {memory.peak / 2**20:8.1f}  {np.round(rewards, 4).tolist()}")
         speedups[k] = timings["authors (loop+autograd)"] / timings["uat-hf"]
         print(f"{k:>3} speed-up {speedups[k]:.2f}x")
-    print(f"speedup_k{options.ks[-1]}={speedups[options.ks[-1]]:.2f}")
+    return speedups
 
 
 if __name__ == "__main__":

@@ -64,6 +64,28 @@ def test_output_layer_only_at_target_positions_matches_full_logits(tiny_model, c
     torch.testing.assert_close(fast, full)
 
 
+def test_target_logits_of_a_model_whose_collator_makes_no_decoder_inputs(tokenizer, corpora):
+    """M2M100 has no ``prepare_decoder_input_ids_from_labels``: its batches carry labels only, and its base
+    model alone cannot shift them, so the logits must come from the model given the labels."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = M2M100Config(
+        vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2, max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+    )
+    model = M2M100ForConditionalGeneration(config).eval()
+    batch = dev_batch(corpora, DataCollatorForSeq2Seq(tokenizer, model=model))
+    assert "decoder_input_ids" not in batch
+    mask = batch["labels"] != -100
+    with torch.no_grad():
+        expected = model(**batch).logits[mask]
+        torch.testing.assert_close(target_logits(model, batch, mask), expected)
+        uncertainty = batch_sentence_uncertainty(model, batch, "enteos", tokenizer.eos_token_id)
+    assert uncertainty.shape == (len(batch["labels"]),) and torch.isfinite(uncertainty).all()
+
+
 def test_replicated_batch_equals_separate_passes_without_dropout(tokenizer, corpora):
     model = build_model("tiny", tokenizer, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
     collate = DataCollatorForSeq2Seq(tokenizer, model=model)

@@ -9,6 +9,7 @@ import pytest
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback
+from uat_hf.metrics import translation_scores
 from uat_hf.sampler import CorpusBatchSampler
 from uat_hf.uat_config import UATConfig
 from uat_hf.uat_trainer import SIGNATURES_FILE, UATTrainer, concatenate_corpora, corpus_dataloader
@@ -76,6 +77,36 @@ def test_evaluation_references_are_raw_text(tmp_path, corpora, tokenizer, tiny_m
     trainer._current_references = list(dataset["target_text"])
     scores = trainer._translation_metrics(EvalPrediction(predictions=labels, label_ids=labels))
     assert scores["bleu"] == pytest.approx(100.0)
+
+
+def test_evaluation_decodes_longest_first_and_scores_against_the_right_references(tmp_path, corpora, tokenizer, tiny_model):
+    """Generation batches come longest source first (less padding and waiting), and the scores are those of
+    the translations in file order against their own references."""
+    dataset = corpora["test"]["bible"]
+    collator = DataCollatorForSeq2Seq(tokenizer, model=tiny_model, label_pad_token_id=-100)
+    source_lengths = []
+
+    def recording_collator(rows):
+        source_lengths.extend(len(row["input_ids"]) for row in rows)
+        return collator(rows)
+
+    trainer = UATTrainer(
+        tiny_model, make_args(tmp_path, per_device_eval_batch_size=5, generation_num_beams=1), train_corpora=corpora["train"],
+        eval_corpora={"bible": dataset}, data_collator=recording_collator, processing_class=tokenizer,
+    )
+    metrics = trainer.evaluate()
+    assert len(source_lengths) == len(dataset) and len(set(source_lengths)) > 1
+    assert source_lengths == sorted(source_lengths, reverse=True)
+
+    tiny_model.eval()
+    hypotheses = []
+    for start in range(0, len(dataset), 5):
+        batch = collator([{"input_ids": ids} for ids in dataset["input_ids"][start : start + 5]])
+        output = tiny_model.generate(**batch, num_beams=1, max_length=16)
+        hypotheses += [h.strip() for h in tokenizer.batch_decode(output, skip_special_tokens=True)]
+    expected, _ = translation_scores(hypotheses, list(dataset["target_text"]))
+    assert metrics["eval_bible_bleu"] == pytest.approx(expected["bleu"])
+    assert metrics["eval_bible_chrf"] == pytest.approx(expected["chrf"])
 
 
 def test_bad_construction_is_rejected(tmp_path, corpora, tokenizer, tiny_model):

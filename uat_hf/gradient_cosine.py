@@ -41,12 +41,7 @@ def _token_loss_sum(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torc
     """Summed token cross-entropy of ``batch`` (teacher-forced), computed at real target positions only."""
     labels = batch["labels"]
     mask = labels != IGNORE_INDEX
-    if "decoder_input_ids" in batch:
-        logits = target_logits(model, batch, mask)
-    else:  # let the model shift the labels itself
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "labels") if k in batch}
-        logits = model(**inputs).logits[mask]
-    return F.cross_entropy(logits.float(), labels[mask], reduction="sum")
+    return F.cross_entropy(target_logits(model, batch, mask).float(), labels[mask], reduction="sum")
 
 
 class GradientCosineReward(BalancingReward):

@@ -100,7 +100,15 @@ def _model_device(model: nn.Module) -> torch.device:
 
 
 def target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
-    """Logits [M, V] at the M real target positions (``mask``), teacher-forced on the reference prefix."""
+    """Logits [M, V] at the M real target positions (``mask``), teacher-forced on the reference prefix.
+
+    Without ``decoder_input_ids`` in the batch (the collator makes them only for models that have
+    ``prepare_decoder_input_ids_from_labels``; M2M100 has not) the model is given the labels and shifts them
+    with its own decoder-start convention; the base model alone would not (BART's would shift the source).
+    """
+    if "decoder_input_ids" not in batch:
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "labels") if k in batch}
+        return model(**inputs).logits[mask]
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask") if k in batch}
     if getattr(model.config, "model_type", None) in _HEAD_ON_HIDDEN_TYPES and hasattr(model, "model"):
         hidden = model.model(**inputs).last_hidden_state[mask]
