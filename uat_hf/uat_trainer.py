@@ -7,9 +7,10 @@ What it adds to the stock trainer, and why:
   because ``interleave_datasets`` cannot change its mix during training.
 * **Balancing** is a :class:`~uat_hf.callback.CorpusBalancingCallback` built from the arguments: static
   priors, MultiUAT or MultiDDS-S all go through it (and it checkpoints the sampler and scorer).
-* **Evaluation** generates translations for each named dev/test corpus and scores them with sacreBLEU and
-  chrF on detokenized text (``eval_<corpus>_bleu``, ``eval_<corpus>_chrf``), plus their macro averages
-  ``eval_mean_bleu`` / ``eval_mean_chrf``, usable as ``metric_for_best_model="mean_bleu"``.
+* **Evaluation** generates translations for each named dev/test corpus (longest source first, so that
+  batches pad and wait little) and scores them with sacreBLEU and chrF on detokenized text
+  (``eval_<corpus>_bleu``, ``eval_<corpus>_chrf``), plus their macro averages ``eval_mean_bleu`` /
+  ``eval_mean_chrf``, usable as ``metric_for_best_model="mean_bleu"``.
 """
 
 from __future__ import annotations
