@@ -69,3 +69,12 @@ def test_resume_with_other_strategy_is_refused(tmp_path, corpora, tokenizer):
     trainer = UATTrainer(model, args, train_corpora=corpora["train"], processing_class=tokenizer)
     with pytest.raises(ValueError, match="trained with strategy 'multiuat'"):
         trainer.train(resume_from_checkpoint=True)
+
+
+def test_resume_from_a_checkpoint_at_max_steps_is_refused_before_any_step(tmp_path, corpora, tokenizer):
+    """The stock loop would train step max_steps + 1 after such a resume; the trainer says so instead."""
+    run(tmp_path, corpora, tokenizer, tmp_path / "done", max_steps=5)
+    with pytest.raises(ValueError, match=r"already at step 5 and max_steps is 5: nothing is left to train"):
+        run(tmp_path, corpora, tokenizer, tmp_path / "done", resume=True, max_steps=5)
+    more, _ = run(tmp_path, corpora, tokenizer, tmp_path / "done", resume=True, max_steps=6)
+    assert more.state.global_step == 6 and len(more.trained_batches) == 1

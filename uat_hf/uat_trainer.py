@@ -24,6 +24,7 @@ import torch
 from datasets import Dataset, concatenate_datasets
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import get_last_checkpoint, seed_worker
 
 from .callback import CorpusBalancingCallback
@@ -196,11 +197,22 @@ class UATTrainer(Seq2SeqTrainer):
         return None
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
-        """As ``Trainer.train``; on resume the sampler and scorer continue from the same checkpoint."""
+        """As ``Trainer.train``; on resume the sampler and scorer continue from the same checkpoint.
+
+        A checkpoint already at ``max_steps`` is refused: the stock loop would train one step past it.
+        """
         if resume_from_checkpoint is True:
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
                 raise ValueError(f"No checkpoint found in output_dir {self.args.output_dir!r} to resume from.")
+        if resume_from_checkpoint and self.args.max_steps > 0:
+            done = _checkpoint_step(resume_from_checkpoint)
+            if done >= self.args.max_steps:
+                raise ValueError(
+                    f"Checkpoint {resume_from_checkpoint!r} is already at step {done} and max_steps is "
+                    f"{self.args.max_steps}: nothing is left to train. Raise max_steps to train on, or load the "
+                    "trained model from the checkpoint."
+                )
         self.balancing.resume_from = resume_from_checkpoint or None
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
@@ -280,6 +292,15 @@ def longest_first(dataset: Dataset, references: list[str]) -> tuple[Dataset, lis
         return dataset, references
     order = np.argsort(-example_lengths(dataset, columns=("input_ids",)), kind="stable")
     return dataset.select(order), [references[i] for i in order]
+
+
+def _checkpoint_step(checkpoint: str) -> int:
+    """The global step a Trainer checkpoint was saved at (0 if it has no trainer state)."""
+    state_file = os.path.join(checkpoint, TRAINER_STATE_NAME)
+    if not os.path.isfile(state_file):
+        return 0
+    with open(state_file, encoding="utf-8") as f:
+        return int(json.load(f)["global_step"])
 
 
 def _references(dataset: Dataset, tokenizer: Any, name: str | None = None) -> list[str]:
