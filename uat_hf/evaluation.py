@@ -37,6 +37,7 @@ from .corpora import (
     preprocess,
 )
 from .metrics import translation_scores
+from .sampler import longest_first
 from .tokenization import load_tokenizer
 
 __all__ = [
@@ -181,7 +182,7 @@ def translate(
         # max_length=None: the model's stored max_length no longer competes with max_new_tokens.
         generate_kwargs.update(max_new_tokens=max_new_tokens, max_length=None)
     lengths = [len(ids) for ids in tokenizer(list(sources), truncation=True, max_length=max_source_length)["input_ids"]]
-    order = sorted(range(len(sources)), key=lambda i: -lengths[i])
+    order = longest_first(lengths).tolist()
     device = next(model.parameters()).device
     hypotheses: list[str] = [""] * len(sources)
     was_training = model.training

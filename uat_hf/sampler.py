@@ -51,6 +51,12 @@ class _Change:
     probabilities: np.ndarray
 
 
+def longest_first(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Indices ordering examples by length, longest first (stable): generation batches of similar lengths
+    pad and wait little, and a batch too large for the device fails at once."""
+    return np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+
+
 def example_lengths(dataset, columns: Sequence[str] = ("input_ids", "labels")) -> np.ndarray:
     """Per-example size in tokens, max over ``columns`` (fairseq counts max(source, target) length).
 

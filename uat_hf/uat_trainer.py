@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from datasets import Dataset, concatenate_datasets
 from torch.utils.data import DataLoader
-from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer
+from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import get_last_checkpoint, seed_worker
 
@@ -31,7 +31,7 @@ from .callback import CorpusBalancingCallback
 from .metrics import macro_average, translation_scores
 from .priors import check_corpus_probabilities
 from .rewards import IGNORE_INDEX, BalancingReward, UncertaintyReward
-from .sampler import CorpusBatchSampler, example_lengths
+from .sampler import CorpusBatchSampler, example_lengths, longest_first
 from .uat_config import UATConfig
 
 MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
@@ -230,7 +230,7 @@ class UATTrainer(Seq2SeqTrainer):
     ) -> dict[str, float]:
         """Per-corpus generation metrics plus their macro averages (``<prefix>_mean_bleu``/``_chrf``)."""
         if isinstance(eval_dataset, Dataset):
-            eval_dataset, self._current_references = longest_first(eval_dataset, _references(eval_dataset, self.processing_class))
+            eval_dataset, self._current_references = _longest_source_first(eval_dataset, _references(eval_dataset, self.processing_class))
             return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix, **gen_kwargs)
         if isinstance(eval_dataset, str):
             corpora = {eval_dataset: self.eval_corpora[eval_dataset]}
@@ -245,7 +245,7 @@ class UATTrainer(Seq2SeqTrainer):
                 self._references[name] if name in self._references and dataset is self.eval_corpora.get(name)
                 else _references(dataset, self.processing_class)
             )
-            dataset, self._current_references = longest_first(dataset, references)
+            dataset, self._current_references = _longest_source_first(dataset, references)
             prefix = f"{metric_key_prefix}_{name}"
             corpus_metrics = super().evaluate(dataset, ignore_keys, prefix, **gen_kwargs)
             metrics.update(corpus_metrics)
@@ -281,26 +281,20 @@ class UATTrainer(Seq2SeqTrainer):
         return scores
 
 
-def longest_first(dataset: Dataset, references: list[str]) -> tuple[Dataset, list[str]]:
-    """The corpus and its references ordered by source length, longest first.
-
-    A generation batch decodes until its longest sentence ends, so batches of similar lengths pad and wait
-    far less (fairseq-generate sorts for the same reason); longest first, so that a batch too large for the
-    device fails at once. Corpus-level BLEU and chrF do not depend on the order.
-    """
+def _longest_source_first(dataset: Dataset, references: list[str]) -> tuple[Dataset, list[str]]:
+    """The corpus and its references in :func:`~uat_hf.sampler.longest_first` order of source length
+    (a generation batch decodes until its longest sentence ends). Corpus-level BLEU and chrF do not
+    depend on the order."""
     if "input_ids" not in dataset.column_names:
         return dataset, references
-    order = np.argsort(-example_lengths(dataset, columns=("input_ids",)), kind="stable")
+    order = longest_first(example_lengths(dataset, columns=("input_ids",)))
     return dataset.select(order), [references[i] for i in order]
 
 
 def _checkpoint_step(checkpoint: str) -> int:
     """The global step a Trainer checkpoint was saved at (0 if it has no trainer state)."""
     state_file = os.path.join(checkpoint, TRAINER_STATE_NAME)
-    if not os.path.isfile(state_file):
-        return 0
-    with open(state_file, encoding="utf-8") as f:
-        return int(json.load(f)["global_step"])
+    return TrainerState.load_from_json(state_file).global_step if os.path.isfile(state_file) else 0
 
 
 def _references(dataset: Dataset, tokenizer: Any, name: str | None = None) -> list[str]:
