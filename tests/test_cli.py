@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -108,6 +109,42 @@ def test_end_to_end_run_writes_results_model_tokenizer_and_recipe(tmp_path, caps
     printed = capsys.readouterr().out
     assert "in-domain" in printed and "out-of-domain" in printed and "mean" in printed
     assert "sacreBLEU bleu signature: nrefs:1" in printed and "first 6 sentences" in printed
+
+
+def test_a_time_budget_leaves_the_step_schedule_alone_while_the_run_keeps_pace(tmp_path):
+    """A budget the run stays within must not touch the learning rate, so the run reproduces step for step."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    config = write_recipe(tmp_path / "r.yaml", output_dir=str(tmp_path / "out"), max_steps=6, warmup_steps=2,
+                          lr_scheduler_type="linear", eval_corpus_specs=[], max_eval_examples=2)
+    assert cli.main(["--config", str(config), "--max_train_minutes", "30"]) == 0
+    state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
+    logged = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=3e-3)
+    schedule = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=2, num_training_steps=6)
+    expected = []
+    for _ in range(6):  # the Trainer logs the rate each step trained with
+        expected.append(schedule.get_last_lr()[0])
+        optimizer.step()
+        schedule.step()
+    assert state["global_step"] == 6
+    assert logged == pytest.approx(expected, rel=1e-12, abs=0)
+
+
+def test_the_time_budget_takes_over_the_schedule_once_the_run_falls_behind():
+    on_pace = cli.TimeBudgetCallback(3600)
+    on_pace.on_train_begin(None, None, None)
+    assert on_pace.schedule_progress(step=1, max_steps=1000) == 0.0 and on_pace.behind_from_step is None
+
+    slow = cli.TimeBudgetCallback(0.05)  # 50 ms for 100 steps
+    slow.on_train_begin(None, None, None)
+    time.sleep(0.03)  # 60% of the budget gone after 1 step: far behind
+    first = slow.schedule_progress(step=1, max_steps=100)
+    assert first >= 0.6 and slow.behind_from_step == 1
+    # Once behind, the clock keeps its say even when the step count would claim less.
+    assert slow.schedule_progress(step=2, max_steps=100) >= first
 
 
 @pytest.mark.parametrize(

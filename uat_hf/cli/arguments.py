@@ -370,9 +370,10 @@ class RunArguments:
         default=None,
         metadata={
             "help": "Stop training after this many minutes of wall-clock time (max_steps still applies, whichever "
-            "comes first). With lr_scheduler_type linear, the learning rate then decays to 0 along "
-            "max(step / max_steps, elapsed / budget), so a slow machine still ends on a decayed learning rate. "
-            "For demos with a time limit; runs are then not step-for-step reproducible."
+            "comes first). With lr_scheduler_type linear, the learning rate decays along the steps as usual while "
+            "the run keeps pace to reach max_steps within the budget (a run is then reproducible step for step); "
+            "once the clock runs ahead of the steps by more than 2 percent of the budget, it decays along "
+            "max(step / max_steps, elapsed / budget) instead, so a slow machine still ends on a decayed rate."
         },
     )
 

@@ -222,16 +222,34 @@ def _check_lengths(limit: int | None, data_args: DataArguments) -> None:
 
 
 class TimeBudgetCallback(TrainerCallback):
-    """Stops training once ``seconds`` of wall-clock time have passed since training began."""
+    """Stops training once ``seconds`` of wall-clock time have passed since training began.
 
-    def __init__(self, seconds: float) -> None:
+    It also tells :class:`CLITrainer`'s learning-rate schedule whether the run keeps pace to reach
+    ``max_steps`` within the budget. While it does, the schedule follows the steps alone, so a run is
+    reproducible step for step; once the clock runs ahead of the steps by more than ``slack`` of the
+    budget, the schedule follows the clock from then on, so a slow machine still ends on a decayed rate.
+    """
+
+    def __init__(self, seconds: float, *, slack: float = 0.02) -> None:
         self.seconds = float(seconds)
+        self.slack = float(slack)
         self.start: float | None = None
         self.stopped_at_step: int | None = None
+        self.behind_from_step: int | None = None
 
     def fraction(self) -> float:
         """Share of the budget spent so far (0 before training starts)."""
         return 0.0 if self.start is None else (time.monotonic() - self.start) / self.seconds
+
+    def schedule_progress(self, step: int, max_steps: int) -> float:
+        """Share of the schedule the clock claims at ``step``: 0 while the run keeps pace, elapsed share once behind."""
+        if self.behind_from_step is None:
+            if self.fraction() <= step / max(1, max_steps) + self.slack:
+                return 0.0
+            self.behind_from_step = step
+            _say(f"at step {step} the run is behind the pace that reaches max_steps={max_steps} within "
+                 f"{self.seconds / 60:g} min; the learning rate now decays with the clock")
+        return self.fraction()
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
@@ -244,7 +262,7 @@ class TimeBudgetCallback(TrainerCallback):
 
 
 class CLITrainer(UATTrainer):
-    """``UATTrainer`` whose linear learning-rate schedule also decays with the time budget, when there is one."""
+    """``UATTrainer`` whose linear learning-rate schedule also decays with the time budget once a run falls behind it."""
 
     time_budget: TimeBudgetCallback | None = None
 
@@ -261,7 +279,8 @@ class CLITrainer(UATTrainer):
             def factor(step: int) -> float:
                 if step < warmup:
                     return step / max(1, warmup)
-                progress = max((step - warmup) / max(1, num_training_steps - warmup), budget.fraction())
+                progress = max((step - warmup) / max(1, num_training_steps - warmup),
+                               budget.schedule_progress(step, num_training_steps))
                 return max(0.0, 1.0 - progress)
 
             self.lr_scheduler = LambdaLR(optimizer, factor)
