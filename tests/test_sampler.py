@@ -120,6 +120,8 @@ def test_load_state_rejects_other_corpora_or_settings():
         CorpusBatchSampler(other, max_tokens=400).load_state_dict(state)
     with pytest.raises(ValueError, match="max_tokens"):
         CorpusBatchSampler(lengths(), max_tokens=500).load_state_dict(state)
+    with pytest.raises(ValueError, match="mix_pool_batches"):
+        CorpusBatchSampler(lengths(), max_tokens=400, mix_pool_batches=4).load_state_dict(state)
 
 
 @pytest.mark.parametrize("mix", [False, True])
@@ -141,6 +143,37 @@ def test_token_budget_respected_and_batches_single_corpus_unless_mixing(mix):
     assert flat.sum() / padded > (0.6 if not mix else 0.3)
 
 
+def padding_efficiency(batches, flat) -> float:
+    return sum(flat[b].sum() for b in batches) / sum(len(b) * flat[b].max() for b in batches)
+
+
+def test_mixed_batches_are_grouped_by_length_within_pools():
+    """Mixed token batches drawn one example at a time are mostly padding; pools sorted by length are not."""
+    data = lengths()
+    flat = np.concatenate([data[n] for n in NAMES])
+    ungrouped = list(CorpusBatchSampler(data, max_tokens=256, mix_corpora=True, mix_pool_batches=1, seed=2))
+    pooled = list(CorpusBatchSampler(data, max_tokens=256, mix_corpora=True, mix_pool_batches=16, seed=2))
+    assert padding_efficiency(pooled, flat) > 0.9 > padding_efficiency(ungrouped, flat) + 0.1
+    for batch in pooled:
+        assert len(batch) * flat[batch].max() <= 256
+    # Pools are shuffled after sorting: lengths do not rise batch after batch through the epoch.
+    longest = [flat[b].max() for b in pooled[:16]]
+    assert longest != sorted(longest)
+
+
+def test_mixed_probability_change_takes_effect_from_the_next_pool():
+    sampler = CorpusBatchSampler(lengths(), [0.4, 0.3, 0.3], batch_size=8, mix_corpora=True, mix_pool_batches=5, seed=1)
+    iterator = iter(sampler)
+    head = [next(iterator) for _ in range(7)]  # one pool of 5 batches and 2 batches of the next
+    sampler.set_probabilities({"big": 0.0, "mid": 0.0, "small": 1.0})
+    rest_of_pool = [next(iterator) for _ in range(3)]
+    after = [next(iterator) for _ in range(20)]
+    corpora = lambda batches: {sampler.corpus_of(i) for b in batches for i in b}  # noqa: E731
+    assert corpora(head) == corpora(rest_of_pool) == {"big", "mid", "small"}
+    assert corpora(after) == {"small"}
+    assert all(len(b) == 8 for b in head + rest_of_pool + after)
+
+
 def test_epoch_is_one_pass_worth_of_batches():
     sampler = CorpusBatchSampler(lengths(), batch_size=10)
     assert len(sampler) == 300 + 100 + 20
@@ -156,6 +189,8 @@ def test_invalid_inputs_are_named():
         CorpusBatchSampler({"big": [3, 400]}, max_tokens=100)
     with pytest.raises(ValueError, match="exactly one"):
         CorpusBatchSampler({"big": [3]}, max_tokens=100, batch_size=3)
+    with pytest.raises(ValueError, match="mix_pool_batches must be >= 1"):
+        CorpusBatchSampler({"big": [3]}, max_tokens=100, mix_corpora=True, mix_pool_batches=0)
 
 
 def test_example_lengths_reads_arrow_lists(corpora):

@@ -10,7 +10,9 @@ effect from the next batch the sampler yields.
 the DataLoader asks for batches ahead of the training step: ``num_workers * prefetch_factor`` batches with
 workers, and accelerate's ``DataLoaderShard`` one more to detect the end of an epoch. A new probability
 vector therefore reaches training after at most that many batches (1–2 with the default
-``dataloader_num_workers=0``). Where it took effect is recorded, so a replay is exact either way.
+``dataloader_num_workers=0``). Where it took effect is recorded, so a replay is exact either way. With
+instance-level mixing, examples are drawn in pools of about ``mix_pool_batches`` batches that are grouped
+by length before batching, and a new vector takes effect from the next pool.
 
 **What an epoch is.** ``len(sampler)`` batches: as many as one pass over every corpus makes (the sum of
 the corpora's batch counts). Which corpora fill them follows p, so within an epoch a corpus may be seen
@@ -42,7 +44,7 @@ import torch
 
 from .priors import temperature_prior, validate_probabilities
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: mixed batches are drawn in length-grouped pools (mix_pool_batches)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             length are grouped. Mutually exclusive with ``batch_size``.
         batch_size: examples per batch, when no token budget is given.
         mix_corpora: instance-level mixing: the corpus is drawn per example, so a batch mixes corpora.
+        mix_pool_batches: with ``mix_corpora``, examples are drawn for about this many batches at a time and
+            grouped by length before batching (1: no grouping). A probability change takes effect from the
+            next pool.
         seed: base seed; every rank must use the same one.
     """
 
@@ -104,6 +109,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         max_tokens: int | None = None,
         batch_size: int | None = None,
         mix_corpora: bool = False,
+        mix_pool_batches: int = 16,
         seed: int = 0,
     ) -> None:
         if not lengths:
@@ -112,6 +118,8 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             raise ValueError("Give exactly one of max_tokens (token budget) or batch_size (examples per batch).")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if mix_pool_batches < 1:
+            raise ValueError(f"mix_pool_batches must be >= 1, got {mix_pool_batches}.")
         self.names: list[str] = list(lengths)
         self.lengths = [np.asarray(lengths[name], dtype=np.int64) for name in self.names]
         self.sizes = np.array([len(x) for x in self.lengths], dtype=np.int64)
@@ -133,6 +141,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.max_tokens = max_tokens
         self.examples_per_batch = batch_size
         self.mix_corpora = mix_corpora
+        self.mix_pool_batches = int(mix_pool_batches)
         self.seed = int(seed)
         # Token-budget batches are built once (local indices); example-count batches per pass (cheap).
         self._token_batches = (
@@ -283,7 +292,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         next_change = 0
         if self.mix_corpora:
             streams = [self._example_stream(i) for i in range(len(self.names))]
-            pending: tuple[int, int] | None = None  # an example that did not fit the previous batch
+            pool: list[list[int]] = []  # packed mixed batches not yet yielded, next one last
         else:
             streams = [self._corpus_stream(i) for i in range(len(self.names))]
         for position in range(self._epoch_length):
@@ -293,29 +302,51 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             cumulative = np.cumsum(p)
             if not self.mix_corpora:
                 corpus = _pick(cumulative, uniforms.random())
-                local = next(streams[corpus])
-                self._drawn = position + 1
-                yield (local + self.offsets[corpus]).tolist()
-                continue
-            batch: list[int] = []
-            longest = 0
-            while True:
-                if pending is None:
-                    corpus = _pick(cumulative, uniforms.random())
-                    pending = (corpus, next(streams[corpus]))
-                corpus, local = pending
-                size = int(self.lengths[corpus][local])
-                if self.max_tokens is not None:
-                    if batch and (len(batch) + 1) * max(longest, size) > self.max_tokens:
-                        break
-                elif len(batch) == self.examples_per_batch:
-                    break
-                batch.append(int(local + self.offsets[corpus]))
-                longest = max(longest, size)
-                pending = None
+                batch = (next(streams[corpus]) + self.offsets[corpus]).tolist()
+            else:
+                if not pool:
+                    pool = self._mixed_pool(cumulative, streams, uniforms)
+                batch = pool.pop()
             self._drawn = position + 1
             yield batch
         self._complete = True
+
+    def _mixed_pool(self, cumulative: np.ndarray, streams: list[Iterator[int]], uniforms: np.random.Generator) -> list[list[int]]:
+        """Draw examples for about ``mix_pool_batches`` batches, corpus by corpus from p, and batch them by length.
+
+        Drawn one by one, a mixed batch pads every example to the longest of a random set: on the bundled
+        demo data over half of a token budget was padding. Sorting a pool first (as fairseq's length-sorted
+        batching and HF's ``LengthGroupedSampler`` megabatches do) keeps the padding to a few per cent; the
+        batches are then shuffled so that lengths do not rise through the pool.
+        """
+        drawn: list[int] = []
+        sizes: list[int] = []
+        tokens, examples = 0, 0
+        while (
+            tokens < self.mix_pool_batches * self.max_tokens
+            if self.max_tokens is not None
+            else examples < self.mix_pool_batches * self.examples_per_batch
+        ):
+            corpus = _pick(cumulative, uniforms.random())
+            local = next(streams[corpus])
+            drawn.append(int(local + self.offsets[corpus]))
+            sizes.append(max(int(self.lengths[corpus][local]), 1))
+            tokens, examples = tokens + sizes[-1], examples + 1
+        order = np.argsort(np.asarray(sizes), kind="stable")
+        batches: list[list[int]] = []
+        batch: list[int] = []
+        for i in order.tolist():
+            full = (
+                (len(batch) + 1) * sizes[i] > self.max_tokens  # sorted: the new example is the longest
+                if self.max_tokens is not None
+                else len(batch) == self.examples_per_batch
+            )
+            if batch and full:
+                batches.append(batch)
+                batch = []
+            batch.append(drawn[i])
+        batches.append(batch)
+        return [batches[b] for b in uniforms.permutation(len(batches))]
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -326,6 +357,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             "max_tokens": self.max_tokens,
             "batch_size": self.examples_per_batch,
             "mix_corpora": self.mix_corpora,
+            "mix_pool_batches": self.mix_pool_batches,
             "seed": self.seed,
             "epoch": self.epoch,
             "started": self._started,
@@ -346,7 +378,13 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
                 f"The saved sampler state is for corpora {saved} but this sampler has {current}; resume with the "
                 "same corpora, filters and tokenizer."
             )
-        for key, attribute in (("max_tokens", "max_tokens"), ("batch_size", "examples_per_batch"), ("mix_corpora", "mix_corpora"), ("seed", "seed")):
+        for key, attribute in (
+            ("max_tokens", "max_tokens"),
+            ("batch_size", "examples_per_batch"),
+            ("mix_corpora", "mix_corpora"),
+            ("mix_pool_batches", "mix_pool_batches"),
+            ("seed", "seed"),
+        ):
             if state[key] != getattr(self, attribute):
                 raise ValueError(
                     f"The saved sampler state has {key}={state[key]!r} but this sampler has {getattr(self, attribute)!r}; "

@@ -58,6 +58,14 @@ class UATConfig(Seq2SeqTrainingArguments):
         default=False,
         metadata={"help": "Instance-level mixing: draw the corpus per example instead of per batch."},
     )
+    mix_pool_batches: int = field(
+        default=16,
+        metadata={
+            "help": "With mix_corpora: examples are drawn for about this many batches at a time and grouped by "
+            "length before batching, so that mixed batches carry little padding (1: no grouping). New "
+            "probabilities take effect from the next pool."
+        },
+    )
     measure: str = field(
         default="enteos",
         metadata={"help": f"MultiUAT uncertainty measure: one of {', '.join(MEASURES + RELEASED_CODE_MEASURES)}."},
@@ -120,7 +128,7 @@ class UATConfig(Seq2SeqTrainingArguments):
                 positive=self.strategy in DYNAMIC_STRATEGIES,
                 reason=f" but strategy {self.strategy!r} starts its scorer from these probabilities",
             )
-        for name in ("mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens"):
+        for name in ("mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens", "mix_pool_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.max_tokens is not None and self.max_tokens < 1:

@@ -148,6 +148,7 @@ class UATTrainer(Seq2SeqTrainer):
             max_tokens=args.max_tokens,
             batch_size=None if args.max_tokens else args.per_device_train_batch_size,
             mix_corpora=args.mix_corpora,
+            mix_pool_batches=args.mix_pool_batches,
             seed=seed,
         )
         super().__init__(
