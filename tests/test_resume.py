@@ -23,14 +23,14 @@ class RecordingTrainer(UATTrainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
-def run(tmp_path, corpora, tokenizer, output, resume=None, max_steps=11):
+def run(tmp_path, corpora, tokenizer, output, resume=None, max_steps=11, mix=False):
     torch.manual_seed(0)
     model = build_model("tiny", tokenizer)
     args = UATConfig(
         output_dir=str(output), strategy="multiuat", measure="exptp", mc_samples=2, update_every=3,
         scorer_lr=1e-2, scorer_steps=20, max_steps=max_steps, max_tokens=300, learning_rate=2e-3, warmup_steps=2,
         save_strategy="steps", save_steps=5, report_to=[], use_cpu=True, seed=7, disable_tqdm=True,
-        logging_steps=100,
+        logging_steps=100, mix_corpora=mix, mix_pool_batches=2,
     )
     trainer = RecordingTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
                                processing_class=tokenizer)
@@ -39,8 +39,9 @@ def run(tmp_path, corpora, tokenizer, output, resume=None, max_steps=11):
     return trainer, history
 
 
-def test_resume_mid_epoch_between_updates_continues_exactly(tmp_path, corpora, tokenizer):
-    full, full_history = run(tmp_path, corpora, tokenizer, tmp_path / "full")
+@pytest.mark.parametrize("mix", [False, True], ids=["batch-level", "instance-level"])
+def test_resume_mid_epoch_between_updates_continues_exactly(tmp_path, corpora, tokenizer, mix):
+    full, full_history = run(tmp_path, corpora, tokenizer, tmp_path / "full", mix=mix)
     # Interrupted run: the same run stopped after step 5 (a checkpoint between the updates at 3 and 6).
     partial_dir = tmp_path / "partial"
     shutil.copytree(tmp_path / "full" / "checkpoint-5", partial_dir / "checkpoint-5")
@@ -48,7 +49,7 @@ def test_resume_mid_epoch_between_updates_continues_exactly(tmp_path, corpora, t
     saved = json.loads((partial_dir / "checkpoint-5" / STATE_FILE).read_text())
     assert saved["update_count"] == 1 and saved["sampler"]["schedule"]  # p changed mid-epoch before the save
 
-    resumed, resumed_history = run(tmp_path, corpora, tokenizer, partial_dir, resume=True)
+    resumed, resumed_history = run(tmp_path, corpora, tokenizer, partial_dir, resume=True, mix=mix)
 
     assert resumed.trained_batches == full.trained_batches[5:]  # same corpus choices and examples
     assert [h["step"] for h in full_history] == [3, 6, 9]

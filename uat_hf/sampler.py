@@ -393,12 +393,15 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.epoch = int(state["epoch"])
         self._started = bool(state["started"])
         self._complete = bool(state["complete"])
-        self._probabilities = validate_probabilities(state["probabilities"], self.names)
-        self._epoch_start_probabilities = validate_probabilities(state["epoch_start_probabilities"], self.names)
-        self._schedule = [
-            _Change(int(position), validate_probabilities(p, self.names)) for position, p in state["schedule"]
-        ]
+        self._probabilities = self._saved_probabilities(state["probabilities"])
+        self._epoch_start_probabilities = self._saved_probabilities(state["epoch_start_probabilities"])
+        self._schedule = [_Change(int(position), self._saved_probabilities(p)) for position, p in state["schedule"]]
         self._drawn = 0
+
+    def _saved_probabilities(self, values: Sequence[float]) -> np.ndarray:
+        """Checked but not renormalised: dividing by a sum that is 1 only to rounding moves the last bit."""
+        validate_probabilities(values, self.names)
+        return np.asarray(values, dtype=np.float64)
 
 
 @dataclass(frozen=True)
