@@ -148,12 +148,12 @@ def padding_efficiency(batches, flat) -> float:
 
 
 def test_mixed_batches_are_grouped_by_length_within_pools():
-    """Mixed token batches drawn one example at a time are mostly padding; pools sorted by length are not."""
+    """Mixed token batches drawn one example at a time carry much padding; pools re-batched by length do not."""
     data = lengths()
     flat = np.concatenate([data[n] for n in NAMES])
     ungrouped = list(CorpusBatchSampler(data, max_tokens=256, mix_corpora=True, mix_pool_batches=1, seed=2))
     pooled = list(CorpusBatchSampler(data, max_tokens=256, mix_corpora=True, mix_pool_batches=16, seed=2))
-    assert padding_efficiency(pooled, flat) > 0.9 > padding_efficiency(ungrouped, flat) + 0.1
+    assert padding_efficiency(pooled, flat) > 0.85 > 0.65 > padding_efficiency(ungrouped, flat)
     for batch in pooled:
         assert len(batch) * flat[batch].max() <= 256
     # Pools are shuffled after sorting: lengths do not rise batch after batch through the epoch.
@@ -164,7 +164,7 @@ def test_mixed_batches_are_grouped_by_length_within_pools():
 def test_mixed_probability_change_takes_effect_from_the_next_pool():
     sampler = CorpusBatchSampler(lengths(), [0.4, 0.3, 0.3], batch_size=8, mix_corpora=True, mix_pool_batches=5, seed=1)
     iterator = iter(sampler)
-    head = [next(iterator) for _ in range(7)]  # one pool of 5 batches and 2 batches of the next
+    head = [next(iterator) for _ in range(7)]  # a pool of 5 batches of 8 (re-batched: 5 of 8) and 2 of the next
     sampler.set_probabilities({"big": 0.0, "mid": 0.0, "small": 1.0})
     rest_of_pool = [next(iterator) for _ in range(3)]
     after = [next(iterator) for _ in range(20)]

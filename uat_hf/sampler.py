@@ -44,7 +44,7 @@ import torch
 
 from .priors import temperature_prior, validate_probabilities
 
-STATE_VERSION = 2  # 2: mixed batches are drawn in length-grouped pools (mix_pool_batches)
+STATE_VERSION = 2  # 2: records mix_pool_batches
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,8 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             length are grouped. Mutually exclusive with ``batch_size``.
         batch_size: examples per batch, when no token budget is given.
         mix_corpora: instance-level mixing: the corpus is drawn per example, so a batch mixes corpora.
-        mix_pool_batches: with ``mix_corpora``, examples are drawn for about this many batches at a time and
-            grouped by length before batching (1: no grouping). A probability change takes effect from the
-            next pool.
+        mix_pool_batches: with ``mix_corpora``, batches are drawn this many at a time and their examples
+            re-batched sorted by length (1: no grouping). A probability change takes effect from the next pool.
         seed: base seed; every rank must use the same one.
     """
 
@@ -109,7 +108,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         max_tokens: int | None = None,
         batch_size: int | None = None,
         mix_corpora: bool = False,
-        mix_pool_batches: int = 16,
+        mix_pool_batches: int = 1,
         seed: int = 0,
     ) -> None:
         if not lengths:
@@ -292,7 +291,8 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         next_change = 0
         if self.mix_corpora:
             streams = [self._example_stream(i) for i in range(len(self.names))]
-            pool: list[list[int]] = []  # packed mixed batches not yet yielded, next one last
+            pool: list[list[int]] = []  # mixed batches not yet yielded, next one last
+            pending: tuple[int, int] | None = None  # (index, size) of an example that did not fit its batch
         else:
             streams = [self._corpus_stream(i) for i in range(len(self.names))]
         for position in range(self._epoch_length):
@@ -305,46 +305,68 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
                 batch = (next(streams[corpus]) + self.offsets[corpus]).tolist()
             else:
                 if not pool:
-                    pool = self._mixed_pool(cumulative, streams, uniforms)
+                    pool, pending = self._mixed_pool(cumulative, streams, uniforms, pending)
                 batch = pool.pop()
             self._drawn = position + 1
             yield batch
         self._complete = True
 
-    def _mixed_pool(self, cumulative: np.ndarray, streams: list[Iterator[int]], uniforms: np.random.Generator) -> list[list[int]]:
-        """Draw examples for about ``mix_pool_batches`` batches, corpus by corpus from p, and batch them by length.
+    def _mixed_pool(
+        self,
+        cumulative: np.ndarray,
+        streams: list[Iterator[int]],
+        uniforms: np.random.Generator,
+        pending: tuple[int, int] | None,
+    ) -> tuple[list[list[int]], tuple[int, int] | None]:
+        """The next ``mix_pool_batches`` mixed batches, to be popped from the end, and the example left over.
 
-        Drawn one by one, a mixed batch pads every example to the longest of a random set: on the bundled
-        demo data over half of a token budget was padding. Sorting a pool first (as fairseq's length-sorted
-        batching and HF's ``LengthGroupedSampler`` megabatches do) keeps the padding to a few per cent; the
-        batches are then shuffled so that lengths do not rise through the pool.
+        Examples are drawn one by one, each from a corpus drawn from p, and fill a batch until the next one
+        does not fit (it starts the next batch). Such a batch pads every example to the longest of a random
+        set: on the bundled demo data 57 % of a token budget was padding. With a pool of several batches,
+        the pool is re-batched sorted by length (as HF's ``group_by_length`` megabatches), which cuts the
+        padding to a few per cent but makes each batch's lengths, and so its corpora, more alike.
         """
-        drawn: list[int] = []
-        sizes: list[int] = []
-        tokens, examples = 0, 0
-        while (
-            tokens < self.mix_pool_batches * self.max_tokens
-            if self.max_tokens is not None
-            else examples < self.mix_pool_batches * self.examples_per_batch
-        ):
-            corpus = _pick(cumulative, uniforms.random())
-            local = next(streams[corpus])
-            drawn.append(int(local + self.offsets[corpus]))
-            sizes.append(max(int(self.lengths[corpus][local]), 1))
-            tokens, examples = tokens + sizes[-1], examples + 1
-        order = np.argsort(np.asarray(sizes), kind="stable")
+        batches: list[list[int]] = []
+        sizes: dict[int, int] = {}
+        for _ in range(self.mix_pool_batches):
+            batch: list[int] = []
+            longest = 0
+            while True:
+                if pending is None:
+                    corpus = _pick(cumulative, uniforms.random())
+                    local = next(streams[corpus])
+                    pending = (int(local + self.offsets[corpus]), max(int(self.lengths[corpus][local]), 1))
+                index, size = pending
+                if self.max_tokens is not None:
+                    if batch and (len(batch) + 1) * max(longest, size) > self.max_tokens:
+                        break
+                elif len(batch) == self.examples_per_batch:
+                    break
+                batch.append(index)
+                sizes[index] = size
+                longest = max(longest, size)
+                pending = None
+            batches.append(batch)
+        if self.mix_pool_batches > 1:
+            batches = self._regroup_by_length([i for batch in batches for i in batch], sizes, uniforms)
+        return batches[::-1], pending
+
+    def _regroup_by_length(
+        self, indices: list[int], sizes: Mapping[int, int], uniforms: np.random.Generator
+    ) -> list[list[int]]:
+        """Greedy batches of ``indices`` sorted by length, in shuffled order (lengths do not rise through a pool)."""
         batches: list[list[int]] = []
         batch: list[int] = []
-        for i in order.tolist():
+        for index in sorted(indices, key=sizes.__getitem__):  # stable: ties keep their drawn order
             full = (
-                (len(batch) + 1) * sizes[i] > self.max_tokens  # sorted: the new example is the longest
+                (len(batch) + 1) * sizes[index] > self.max_tokens  # sorted: the new example is the longest
                 if self.max_tokens is not None
                 else len(batch) == self.examples_per_batch
             )
             if batch and full:
                 batches.append(batch)
                 batch = []
-            batch.append(drawn[i])
+            batch.append(index)
         batches.append(batch)
         return [batches[b] for b in uniforms.permutation(len(batches))]
 

@@ -59,11 +59,11 @@ class UATConfig(Seq2SeqTrainingArguments):
         metadata={"help": "Instance-level mixing: draw the corpus per example instead of per batch."},
     )
     mix_pool_batches: int = field(
-        default=16,
+        default=1,
         metadata={
-            "help": "With mix_corpora: examples are drawn for about this many batches at a time and grouped by "
-            "length before batching, so that mixed batches carry little padding (1: no grouping). New "
-            "probabilities take effect from the next pool."
+            "help": "With mix_corpora: draw this many batches at a time and re-batch their examples sorted by length "
+            "(HF group_by_length style). Less padding, but each batch's lengths, and so its corpora, are more "
+            "alike. 1: no grouping. New probabilities take effect from the next pool."
         },
     )
     measure: str = field(
