@@ -128,7 +128,9 @@ class UATConfig(Seq2SeqTrainingArguments):
                 positive=self.strategy in DYNAMIC_STRATEGIES,
                 reason=f" but strategy {self.strategy!r} starts its scorer from these probabilities",
             )
-        for name in ("mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens", "mix_pool_batches"):
+        for name in (
+            "mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens", "mix_pool_batches"
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.max_tokens is not None and self.max_tokens < 1:
