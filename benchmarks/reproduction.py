@@ -127,7 +127,7 @@ def say(message: str) -> None:
 def parse_strategy(name: str) -> dict[str, Any]:
     """Run name → UATConfig fields. ``multiuat`` alone means ``multiuat-enteos``."""
     if name in STATIC:
-        return {"strategy": name, **({"prior_temperature": 5.0} if name == "temperature" else {})}
+        return {"strategy": name}  # temperature: τ = 5, the strategy's own
     if name == "multidds-s":
         return {"strategy": "multidds-s"}
     if name == "multiuat" or name.startswith("multiuat-"):

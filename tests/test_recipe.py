@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import shlex
 from pathlib import Path
 
 import pytest
 
 from uat_hf import recipe as recipe_module
 from uat_hf.cli.arguments import DataArguments, ModelArguments, RunArguments
+from uat_hf.cli.train import parse_arguments
 from uat_hf.recipe import MODEL_CARD_FILE, RECIPE_FILE, Recipe
 from uat_hf.uat_config import UATConfig
 
@@ -130,3 +133,45 @@ def test_paper_recipes_carry_the_paper_hyperparameters():
     assert [s["name"] for s in data.corpus_specs] == ["wmt14", "tanzil", "emea", "kde4"]
     assert [s["name"] for s in data.eval_corpus_specs] == ["qed", "ted"]
     assert data.corpus_specs[0]["path"] == "wmt/wmt14" and data.corpus_specs[0]["hub_config"] == "de-en"
+
+
+# The prior each strategy means in the paper (τ of q_τ ∝ size^(1/τ)); the dynamic ones start from proportional.
+PAPER_PRIOR_TEMPERATURE = {"proportional": 1.0, "temperature": 5.0, "uniform": math.inf, "multiuat": 1.0, "multidds-s": 1.0}
+
+
+def _documented_commands(path: Path) -> list[list[str]]:
+    """The ``uat-train --config <this recipe> ...`` command lines written in a recipe's header, as argv."""
+    header = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        header.append(line.lstrip("# ").split("  #")[0].strip())
+    text = "\n".join(header).replace("\\\n", " ")  # join shell continuation lines
+    commands = []
+    for line in text.splitlines():
+        line = line.removeprefix("time ")
+        if line.startswith("uat-train --config"):
+            argv = shlex.split(line)[1:]
+            argv[1] = str(RECIPES_DIR / Path(argv[1]).name)
+            commands.append(argv)
+    return commands
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_documented_strategy_override_trains_the_papers_prior(path):
+    """A recipe written for MultiUAT, switched to a baseline on the command line as its header says, trains that
+    baseline's own prior (the temperature baseline at τ = 5, not at the recipe's τ)."""
+    commands = _documented_commands(path)
+    assert commands, f"{path.name} documents no uat-train command"
+    overrides = [[*commands[0], "--strategy", strategy] for strategy in PAPER_PRIOR_TEMPERATURE]
+    for argv in commands + overrides:
+        training, *_ = parse_arguments(argv)
+        assert training.corpus_probabilities is None
+        assert training.effective_prior_temperature == PAPER_PRIOR_TEMPERATURE[training.strategy], argv
+
+
+def test_the_paper_recipes_document_the_temperature_baseline():
+    for name in ("multidomain_wmt14_tanzil_emea_kde4.yaml", "ted8_related_m2o.yaml", "ted8_related_o2m.yaml",
+                 "ted8_diverse_m2o.yaml", "ted8_diverse_o2m.yaml"):
+        strategies = {argv[argv.index("--strategy") + 1] for argv in _documented_commands(RECIPES_DIR / name) if "--strategy" in argv}
+        assert "temperature" in strategies, name

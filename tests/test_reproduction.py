@@ -92,13 +92,13 @@ def test_end_to_end_then_skip(reproduction, tmp_path, capsys):
     assert "reusing the prepared tokenizer" in second
 
     # An interrupted run (a checkpoint, no results.json) resumes from that checkpoint instead of starting over:
-    # simulated by a run stopped after its step-3 checkpoint (results.json removed), then continued to step 6.
+    # simulated by a run stopped after its step-4 checkpoint (results.json removed), then continued to step 6.
     run = out / "multiuat-enteos" / "seed1"
     shutil.rmtree(run)
     short = list(argv)
-    short[short.index("--steps") + 1] = "3"
+    short[short.index("--steps") + 1] = "4"  # update_every must stay below max_steps
     assert reproduction.main(short + ["--strategies", "multiuat-enteos", "--keep-checkpoints"]) == 0
-    assert [c.name for c in run.glob("checkpoint-*")] == ["checkpoint-3"]
+    assert [c.name for c in run.glob("checkpoint-*")] == ["checkpoint-4"]
     (run / "results.json").unlink()
     capsys.readouterr()
     assert reproduction.main(argv + ["--strategies", "multiuat-enteos"]) == 0
@@ -123,7 +123,7 @@ def test_changed_data_settings_are_refused(reproduction, tmp_path):
 
 
 def test_strategy_names(reproduction):
-    assert reproduction.parse_strategy("temperature") == {"strategy": "temperature", "prior_temperature": 5.0}
+    assert reproduction.parse_strategy("temperature") == {"strategy": "temperature"}
     assert reproduction.parse_strategy("multiuat-exptp") == {"strategy": "multiuat", "measure": "exptp"}
     assert reproduction.canonical_strategy("multiuat") == "multiuat-enteos"
     with pytest.raises(SystemExit):

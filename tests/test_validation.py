@@ -185,15 +185,31 @@ P2 = '{"news": 0.5, "law": 0.5}'
 CASES: list[Case] = [
     # --- strategy / measure / knobs (UATConfig, also what the command line builds) ---
     Case("unknown-strategy", "`strategy=\"greedy\"`", "UATConfig",
-         "Unknown strategy 'greedy'; choose one of proportional, temperature, uniform, multiuat, multidds-s",
+         "Unknown strategy 'greedy'; choose one of proportional, temperature, uniform, fixed, multiuat, multidds-s",
          lambda e: config(e, strategy="greedy")),
     Case("unknown-measure", "`measure=\"entropy\"`", "UATConfig",
          "Unknown measure 'entropy'; choose one of pretp, exptp, vartp, comev, entsent, enteos",
          lambda e: config(e, measure="entropy")),
-    Case("tau-zero", "`prior_temperature=0`", "UATConfig", "prior_temperature must be > 0", lambda e: config(e, prior_temperature=0)),
-    Case("tau-negative", "`prior_temperature=-1`", "UATConfig", "got -1", lambda e: config(e, prior_temperature=-1.0)),
-    Case("tau-nan", "`--prior_temperature nan`", "command line", "prior_temperature must be > 0 (1 = proportional, 5 = "
-         "temperature, inf = uniform), got nan", lambda e: parse(e, "--prior_temperature", "nan")),
+    Case("tau-zero", "`strategy=\"temperature\", sampling_temperature=0`", "UATConfig", "sampling_temperature must be > 0",
+         lambda e: config(e, strategy="temperature", sampling_temperature=0)),
+    Case("tau-negative", "`strategy=\"multiuat\", scorer_prior_temperature=-1`", "UATConfig",
+         "scorer_prior_temperature must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got -1",
+         lambda e: config(e, strategy="multiuat", scorer_prior_temperature=-1.0)),
+    Case("tau-nan", "`--strategy temperature --sampling_temperature nan`", "command line", "sampling_temperature must be > 0 "
+         "(1 = proportional, 5 = temperature, inf = uniform), got nan",
+         lambda e: parse(e, "--strategy", "temperature", "--sampling_temperature", "nan")),
+    Case("tau-for-uniform", "`--strategy uniform --sampling_temperature 2`", "command line",
+         "sampling_temperature=2.0 is the τ of strategy 'temperature', but strategy is 'uniform', whose τ is fixed (inf)",
+         lambda e: parse(e, "--strategy", "uniform", "--sampling_temperature", "2")),
+    Case("tau-for-multiuat", "`strategy=\"multiuat\", sampling_temperature=5`", "UATConfig",
+         "a dynamic strategy's starting prior is scorer_prior_temperature",
+         lambda e: config(e, strategy="multiuat", sampling_temperature=5.0)),
+    Case("scorer-tau-static", "`--strategy temperature --scorer_prior_temperature 1` (a recipe for multiuat, switched)",
+         "command line", "scorer_prior_temperature=1.0 sets where the multiuat / multidds-s scorer starts, but strategy "
+         "'temperature' has no scorer", lambda e: parse(e, "--strategy", "temperature", "--scorer_prior_temperature", "1")),
+    Case("s-not-below-max-steps", "`--strategy multiuat --update_every 1000 --max_steps 20`", "command line",
+         "update_every=1000 >= max_steps=20: strategy 'multiuat' would never re-balance",
+         lambda e: parse(e, "--strategy", "multiuat", "--update_every", "1000", "--max_steps", "20")),
     Case("k-zero", "`mc_samples=0` (K)", "UATConfig", "mc_samples must be >= 1, got 0", lambda e: config(e, mc_samples=0)),
     Case("s-zero", "`update_every=0` (S)", "UATConfig", "update_every must be >= 1, got 0", lambda e: config(e, update_every=0)),
     Case("s-negative", "`--update_every -5` (S)", "command line", "update_every must be >= 1, got -5",
@@ -205,34 +221,39 @@ CASES: list[Case] = [
     # --- hand-given probabilities ---
     Case("probs-negative", "`--corpus_probabilities '{\"news\": -0.5, \"law\": 1.5}'`", "command line",
          "probability of corpus 'news' is negative (-0.5)",
-         lambda e: parse(e, "--corpus_probabilities", '{"news": -0.5, "law": 1.5}')),
+         lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", '{"news": -0.5, "law": 1.5}')),
     Case("probs-nan", "`corpus_probabilities={\"news\": nan, \"law\": 0.5}`", "UATConfig",
          "probability of corpus 'news' is nan; it must be finite",
-         lambda e: config(e, corpus_probabilities={"news": math.nan, "law": 0.5})),
+         lambda e: config(e, strategy="fixed", corpus_probabilities={"news": math.nan, "law": 0.5})),
     Case("probs-infinite", "`--corpus_probabilities '{\"news\": Infinity, \"law\": 0}'`", "command line",
          "probability of corpus 'news' is inf",
-         lambda e: parse(e, "--corpus_probabilities", '{"news": Infinity, "law": 0}')),
+         lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", '{"news": Infinity, "law": 0}')),
     Case("probs-sum", "`corpus_probabilities={\"news\": 0.5, \"law\": 0.4}`", "UATConfig",
-         "sum to 0.9, not 1", lambda e: config(e, corpus_probabilities={"news": 0.5, "law": 0.4})),
+         "sum to 0.9, not 1", lambda e: config(e, strategy="fixed", corpus_probabilities={"news": 0.5, "law": 0.4})),
     Case("probs-not-number", "`--corpus_probabilities '{\"news\": \"half\", \"law\": 0.5}'`", "command line",
          "probability of corpus 'news' must be a number, got 'half'",
-         lambda e: parse(e, "--corpus_probabilities", '{"news": "half", "law": 0.5}')),
+         lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", '{"news": "half", "law": 0.5}')),
     Case("probs-not-json", "`--corpus_probabilities news=0.5,law=0.5`", "command line",
-         "corpus_probabilities must be a JSON object", lambda e: parse(e, "--corpus_probabilities", "news=0.5,law=0.5")),
+         "corpus_probabilities must be a JSON object", lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", "news=0.5,law=0.5")),
     Case("probs-not-mapping", "`--corpus_probabilities '[0.5, 0.5]'`", "command line",
-         "corpus_probabilities must be a mapping corpus -> probability", lambda e: parse(e, "--corpus_probabilities", "[0.5, 0.5]")),
+         "corpus_probabilities must be a mapping corpus -> probability", lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", "[0.5, 0.5]")),
     Case("probs-zero-dynamic", "`strategy=\"multiuat\", corpus_probabilities={\"news\": 0, \"law\": 1}`", "UATConfig",
          "corpus_probabilities gives corpus 'news' probability 0 but strategy 'multiuat' starts its scorer",
          lambda e: config(e, strategy="multiuat", corpus_probabilities={"news": 0, "law": 1})),
-    Case("probs-and-tau", "`--corpus_probabilities ... --prior_temperature 5`", "command line",
-         "Give either prior_temperature or corpus_probabilities, not both",
-         lambda e: parse(e, "--corpus_probabilities", P2, "--prior_temperature", "5")),
+    Case("probs-and-tau", "`--strategy multiuat --corpus_probabilities ... --scorer_prior_temperature 5`", "command line",
+         "Give either scorer_prior_temperature or corpus_probabilities, not both",
+         lambda e: parse(e, "--strategy", "multiuat", "--corpus_probabilities", P2, "--scorer_prior_temperature", "5")),
+    Case("probs-with-uniform", "`--strategy uniform --corpus_probabilities ...`", "command line",
+         "corpus_probabilities fixes the mix by hand, but strategy 'uniform' samples with its own prior. Use strategy 'fixed'",
+         lambda e: parse(e, "--strategy", "uniform", "--corpus_probabilities", P2)),
+    Case("fixed-without-probs", "`strategy=\"fixed\"` without `corpus_probabilities`", "UATConfig",
+         "strategy 'fixed' samples with corpus_probabilities, which is not set", lambda e: config(e, strategy="fixed")),
     Case("probs-missing-corpus", "`corpus_probabilities={\"news\": 1.0}` for corpora news, law", "UATTrainer",
          "corpus_probabilities has no probability for training corpus 'law'",
-         lambda e: trainer(e, corpus_probabilities={"news": 1.0})),
+         lambda e: trainer(e, strategy="fixed", corpus_probabilities={"news": 1.0})),
     Case("probs-extra-corpus", "`corpus_probabilities` naming `\"medical\"`, not a training corpus", "UATTrainer",
          "corpus_probabilities names corpus 'medical', which is not a training corpus",
-         lambda e: trainer(e, corpus_probabilities={"news": 0.5, "law": 0.25, "medical": 0.25})),
+         lambda e: trainer(e, strategy="fixed", corpus_probabilities={"news": 0.5, "law": 0.25, "medical": 0.25})),
     # --- corpora given to the trainer ---
     Case("empty-train", "an empty training corpus", "UATTrainer", "The training corpus 'law' is empty",
          lambda e: trainer(e, train=with_empty(e.train, "law"))),
@@ -242,6 +263,10 @@ CASES: list[Case] = [
          lambda e: trainer(e, eval_corpora=with_empty(e.dev, "news"))),
     Case("no-train-corpora", "`train_corpora={}`", "UATTrainer", "train_corpora is empty",
          lambda e: trainer(e, train={})),
+    Case("train-dataset", "`UATTrainer(model, args, train_dataset=ds)` (the stock Trainer's argument)", "UATTrainer",
+         "UATTrainer got train_dataset, but it balances named corpora: pass train_corpora={name: dataset, ...}",
+         lambda e: UATTrainer(e.model, config(e), train_dataset=e.train["news"], processing_class=e.tokenizer),
+         error=TypeError),
     Case("dev-missing", "multiuat: training corpus `law` without a dev set", "UATTrainer",
          "Training corpus 'law' has no dev set", lambda e: trainer(e, dev=without(e.dev, "law"), strategy="multiuat")),
     Case("dev-missing-dds", "multidds-s: training corpus `news` without a dev set", "UATTrainer",
@@ -299,11 +324,14 @@ message, regenerate it with
 UAT_WRITE_VALIDATION_DOC=1 python -m pytest tests/test_validation.py
 ```
 
-Hand-given probabilities (`corpus_probabilities`, a mapping or a JSON object string such as
-`'{"news": 0.7, "law": 0.3}'`) replace the τ prior: static strategies sample with them throughout,
-`multiuat`/`multidds-s` start their scorer from them. They must name exactly the training corpora, be finite
-and non-negative and sum to 1 (within 1e-6); a probability of exactly 0 is allowed for static strategies
-only (the scorer's logit would be -inf).
+Each prior knob belongs to one kind of strategy, so that switching `strategy` (on the command line, over a
+recipe written for another one) can never silently train a different baseline: `proportional` is τ = 1 and
+`uniform` τ = ∞, always; `temperature` is τ = 5 unless `sampling_temperature` says otherwise; `multiuat` and
+`multidds-s` start their scorer from τ = 1 unless `scorer_prior_temperature` (or `corpus_probabilities`) says
+otherwise. Hand-given probabilities (`corpus_probabilities`, a mapping or a JSON object string such as
+`'{"news": 0.7, "law": 0.3}'`) are sampled with throughout by strategy `fixed`, and are the scorer's starting
+point for `multiuat`/`multidds-s`. They must name exactly the training corpora, be finite and non-negative and
+sum to 1 (within 1e-6); a probability of exactly 0 is allowed for `fixed` only (the scorer's logit would be -inf).
 
 | Case | Bad input | Refused by | Exception | Message |
 |---|---|---|---|---|
@@ -384,15 +412,15 @@ def test_doc_lists_exactly_the_cases():
 
 
 def test_corpus_probabilities_from_the_command_line(env: Env):
-    args = parse(env, "--corpus_probabilities", '{"news": 0.25, "law": 0.75}', "--strategy", "uniform")
+    args = parse(env, "--corpus_probabilities", '{"news": 0.25, "law": 0.75}', "--strategy", "fixed")
     assert args.corpus_probabilities == {"news": 0.25, "law": 0.75}
     # Within 1e-6 of 1 is accepted.
-    args = parse(env, "--corpus_probabilities", '{"news": 0.3333333, "law": 0.6666666}')
+    args = parse(env, "--corpus_probabilities", '{"news": 0.3333333, "law": 0.6666666}', "--strategy", "fixed")
     assert args.corpus_probabilities == {"news": 0.3333333, "law": 0.6666666}
 
 
 def test_static_strategy_samples_with_the_given_probabilities(env: Env):
-    t = trainer(env, strategy="uniform", corpus_probabilities={"law": 1.0, "news": 0.0})
+    t = trainer(env, strategy="fixed", corpus_probabilities={"law": 1.0, "news": 0.0})
     np.testing.assert_array_equal(t.corpus_sampler.probabilities, [0.0, 1.0])  # in train_corpora order
     drawn = {t.corpus_sampler.corpus_of(batch[0]) for batch in t.corpus_sampler}
     assert drawn == {"law"}

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from .checkpoints import BALANCING_STATE_FILE, write_json_atomically
 from .priors import temperature_prior
 from .rewards import BalancingReward
 from .sampler import CorpusBatchSampler, example_lengths
@@ -36,7 +37,7 @@ from .scorer import CorpusScorer, NonFiniteRewardError
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "uat_balancing_state.json"
+STATE_FILE = BALANCING_STATE_FILE
 HISTORY_FILE = "balancing_history.jsonl"
 
 
@@ -85,6 +86,9 @@ class CorpusBalancingCallback(TrainerCallback):
         log_fn: called with a flat dict of scalars after each update (``trainer.log`` routes it to every
             reporting integration: TensorBoard, trackio, W&B ...).
         train_corpora: tokenized training corpora, needed only by MultiDDS-S for its fresh train batches.
+        allow_inexact_resume: resume from a checkpoint without the balancing state (the sampler restarts its
+            epoch and the scorer its prior, so the run no longer continues the same sequence) instead of
+            refusing it.
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class CorpusBalancingCallback(TrainerCallback):
         log_fn: Callable[[dict[str, float]], None] | None = None,
         train_corpora: Mapping[str, Any] | None = None,
         train_batch_tokens: int = 1024,
+        allow_inexact_resume: bool = False,
     ) -> None:
         self.sampler = sampler
         self.strategy = strategy
@@ -119,6 +124,7 @@ class CorpusBalancingCallback(TrainerCallback):
         self.log_fn = log_fn
         self.collate_fn = collate_fn
         self.train_batch_tokens = int(train_batch_tokens)
+        self.allow_inexact_resume = bool(allow_inexact_resume)
         self.update_count = 0
         #: Checkpoint folder to restore from at the start of training; when unset and the Trainer resumes,
         #: ``output_dir/checkpoint-<global_step>`` (where the Trainer itself saves) is used.
@@ -148,18 +154,29 @@ class CorpusBalancingCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ Trainer events
     def on_train_begin(self, args, state, control, **kwargs):
+        if self.reward is not None and state.max_steps > 0 and self.update_every >= state.max_steps:
+            raise ValueError(
+                f"update_every={self.update_every} >= max_steps={state.max_steps} (the steps this run trains): "
+                f"strategy {self.strategy!r} would never re-balance. Lower update_every or train longer."
+            )
         if state.global_step == 0:
             return
         folder = self.resume_from or os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         path = os.path.join(folder, STATE_FILE)
         if not os.path.isfile(path):
+            if not self.allow_inexact_resume:
+                raise ValueError(
+                    f"Cannot resume exactly at step {state.global_step}: {path} is missing, so the corpus sampler "
+                    "would restart its epoch and the scorer its prior. Resume from a complete checkpoint, or set "
+                    "allow_inexact_resume=True to continue anyway."
+                )
             logger.warning(
-                "Resuming at step %d but %s is missing: the corpus sampler restarts its epoch and the scorer its "
-                "prior, so the run will not continue the exact same sequence.", state.global_step, path,
+                "Resuming at step %d without %s (allow_inexact_resume): the corpus sampler restarts its epoch and the "
+                "scorer its prior, so the run will not continue the exact same sequence.", state.global_step, path,
             )
             return
         self.load(path)
-        if state.is_world_process_zero:
+        if args.should_save:
             _truncate_history(os.path.join(args.output_dir, HISTORY_FILE), state.global_step)
 
     def on_epoch_begin(self, args, state, control, **kwargs):
@@ -176,7 +193,7 @@ class CorpusBalancingCallback(TrainerCallback):
             control.should_log, control.should_save, control.should_evaluate = flags
 
     def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
+        if args.should_save:
             folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             os.makedirs(folder, exist_ok=True)
             self.save(os.path.join(folder, STATE_FILE))
@@ -275,8 +292,7 @@ class CorpusBalancingCallback(TrainerCallback):
             self.scorer.load_state_dict(state["scorer"])
 
     def save(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.state_dict(), f)
+        write_json_atomically(path, self.state_dict())
 
     def load(self, path: str) -> None:
         with open(path, encoding="utf-8") as f:
@@ -284,11 +300,20 @@ class CorpusBalancingCallback(TrainerCallback):
 
 
 def _truncate_history(path: str, last_step: int) -> None:
-    """Drop records after the resumed step: the resumed run writes them again."""
+    """Drop records after the resumed step: the resumed run writes them again. A line torn by the kill that
+    interrupted the run (it can only be a record after the checkpoint) is dropped too."""
     if not os.path.isfile(path):
         return
-    with open(path, encoding="utf-8") as f:
-        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
+    kept = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                record = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                logger.warning("%s line %d is torn (the run was killed while writing it); dropping it.", path, number)
+                continue
+            if record is not None and record["step"] <= last_step:
+                kept.append(line if line.endswith("\n") else line + "\n")
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(kept)
 

@@ -15,7 +15,8 @@ from transformers import Seq2SeqTrainingArguments
 from .measures import MEASURES, RELEASED_CODE_MEASURES
 from .priors import STATIC_TEMPERATURES, check_corpus_probabilities
 
-STATIC_STRATEGIES = tuple(STATIC_TEMPERATURES)
+#: Static strategies: p is fixed for the whole run. ``fixed`` samples with the hand-given corpus_probabilities.
+STATIC_STRATEGIES = tuple(STATIC_TEMPERATURES) + ("fixed",)
 DYNAMIC_STRATEGIES = ("multiuat", "multidds-s")
 STRATEGIES = STATIC_STRATEGIES + DYNAMIC_STRATEGIES
 MC_BATCH_MODES = ("auto", "loop", "replicate")
@@ -32,19 +33,26 @@ class UATConfig(Seq2SeqTrainingArguments):
         default="proportional",
         metadata={"help": f"How corpora are mixed: one of {', '.join(STRATEGIES)}."},
     )
-    prior_temperature: float | None = field(
+    sampling_temperature: float | None = field(
         default=None,
         metadata={
-            "help": "τ of the prior q_τ ∝ size^(1/τ). Default: 1 for proportional, 5 for temperature, inf for "
-            "uniform; for multiuat / multidds-s the prior the scorer starts from (default 1)."
+            "help": "τ of strategy 'temperature' (q_τ ∝ size^(1/τ); default 5, as in the paper). Only that strategy "
+            "reads it: 'proportional' is τ = 1 and 'uniform' τ = ∞ by definition."
+        },
+    )
+    scorer_prior_temperature: float | None = field(
+        default=None,
+        metadata={
+            "help": "multiuat / multidds-s: τ of the prior the scorer starts from (default 1: proportional, as in the "
+            "paper). Static strategies refuse it."
         },
     )
     corpus_probabilities: dict | str | None = field(
         default=None,
         metadata={
-            "help": "Hand-given sampling probabilities, one per training corpus, as a mapping or a JSON object string "
-            "(e.g. '{\"wmt\": 0.7, \"emea\": 0.3}'); they must sum to 1. Replaces the τ prior: static strategies "
-            "sample with it throughout, multiuat / multidds-s start their scorer from it (every value must then be > 0)."
+            "help": "Hand-given probabilities, one per training corpus, as a mapping or a JSON object string "
+            "(e.g. '{\"wmt\": 0.7, \"emea\": 0.3}'); they must sum to 1. Strategy 'fixed' samples with them "
+            "throughout; multiuat / multidds-s start their scorer from them (every value must then be > 0)."
         },
     )
     max_tokens: int | None = field(
@@ -87,6 +95,13 @@ class UATConfig(Seq2SeqTrainingArguments):
     dds_train_batch_tokens: int = field(
         default=1024, metadata={"help": "MultiDDS-S: target tokens of the fresh train batch per corpus."}
     )
+    allow_inexact_resume: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume from a checkpoint without uat_balancing_state.json (the sampler restarts its epoch and the "
+            "scorer its prior, so the run does not continue the same sequence). Refused by default."
+        },
+    )
     bleu_tokenize: str = field(
         default="13a", metadata={"help": "sacreBLEU tokenizer (13a; 'zh', 'ja-mecab', 'char', ... for CJK targets)."}
     )
@@ -112,22 +127,7 @@ class UATConfig(Seq2SeqTrainingArguments):
             raise ValueError(
                 f"Unknown measure {self.measure!r}; choose one of {', '.join(MEASURES + RELEASED_CODE_MEASURES)}."
             )
-        if self.prior_temperature is not None and not self.prior_temperature > 0:
-            raise ValueError(
-                f"prior_temperature must be > 0 (1 = proportional, 5 = temperature, inf = uniform), "
-                f"got {self.prior_temperature}."
-            )
-        if self.corpus_probabilities is not None:
-            if self.prior_temperature is not None:
-                raise ValueError(
-                    "Give either prior_temperature or corpus_probabilities, not both: the hand-given probabilities "
-                    "replace the τ prior."
-                )
-            self.corpus_probabilities = check_corpus_probabilities(
-                self.corpus_probabilities,
-                positive=self.strategy in DYNAMIC_STRATEGIES,
-                reason=f" but strategy {self.strategy!r} starts its scorer from these probabilities",
-            )
+        self._check_prior_settings()
         for name in (
             "mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens", "mix_pool_batches"
         ):
@@ -139,13 +139,70 @@ class UATConfig(Seq2SeqTrainingArguments):
             raise ValueError(f"scorer_lr must be >= 0, got {self.scorer_lr}.")
         if self.mc_batch_mode not in MC_BATCH_MODES:
             raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")
+        if self.is_dynamic and self.max_steps > 0 and self.update_every >= self.max_steps:
+            raise ValueError(
+                f"update_every={self.update_every} >= max_steps={self.max_steps}: strategy {self.strategy!r} would "
+                "never re-balance (the first update comes after update_every steps). Lower update_every or raise "
+                "max_steps, or use a static strategy."
+            )
+
+    def _check_prior_settings(self) -> None:
+        """Each prior knob belongs to one kind of strategy, so that switching ``strategy`` (e.g. on the command
+        line over a recipe written for another one) can never silently train a different baseline."""
+        for name in ("sampling_temperature", "scorer_prior_temperature"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:  # also rejects NaN
+                raise ValueError(f"{name} must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got {value}.")
+        if self.sampling_temperature is not None and self.strategy != "temperature":
+            raise ValueError(
+                f"sampling_temperature={self.sampling_temperature} is the τ of strategy 'temperature', but strategy is "
+                f"{self.strategy!r}" + (
+                    f", whose τ is fixed ({STATIC_TEMPERATURES[self.strategy]})" if self.strategy in STATIC_TEMPERATURES
+                    else "; a dynamic strategy's starting prior is scorer_prior_temperature" if self.is_dynamic else ""
+                ) + ". Remove it or use strategy 'temperature'."
+            )
+        if self.scorer_prior_temperature is not None and not self.is_dynamic:
+            raise ValueError(
+                f"scorer_prior_temperature={self.scorer_prior_temperature} sets where the multiuat / multidds-s scorer "
+                f"starts, but strategy {self.strategy!r} has no scorer. Remove it, or use sampling_temperature with "
+                "strategy 'temperature'."
+            )
+        if self.corpus_probabilities is None:
+            if self.strategy == "fixed":
+                raise ValueError(
+                    "strategy 'fixed' samples with corpus_probabilities, which is not set; give one probability per "
+                    "training corpus, e.g. --corpus_probabilities '{\"news\": 0.7, \"law\": 0.3}'."
+                )
+            return
+        if self.strategy in STATIC_TEMPERATURES:
+            raise ValueError(
+                f"corpus_probabilities fixes the mix by hand, but strategy {self.strategy!r} samples with its own prior. "
+                "Use strategy 'fixed' to sample with the given probabilities (or multiuat / multidds-s to start the "
+                "scorer from them), or remove corpus_probabilities."
+            )
+        if self.scorer_prior_temperature is not None:
+            raise ValueError(
+                "Give either scorer_prior_temperature or corpus_probabilities, not both: the hand-given probabilities "
+                "replace the τ prior the scorer starts from."
+            )
+        self.corpus_probabilities = check_corpus_probabilities(
+            self.corpus_probabilities,
+            positive=self.is_dynamic,
+            reason=f" but strategy {self.strategy!r} starts its scorer from these probabilities",
+        )
 
     @property
-    def effective_prior_temperature(self) -> float:
-        """The τ actually used: the explicit one, else the strategy's own (1 for dynamic strategies)."""
-        if self.prior_temperature is not None:
-            return float(self.prior_temperature)
-        return STATIC_TEMPERATURES.get(self.strategy, 1.0)
+    def effective_prior_temperature(self) -> float | None:
+        """The τ of the prior p starts from: the strategy's own for static strategies (temperature: the given
+        sampling_temperature, else 5), scorer_prior_temperature (else 1) for dynamic ones; ``None`` when
+        corpus_probabilities gives p by hand."""
+        if self.corpus_probabilities is not None:
+            return None
+        if self.strategy == "temperature":
+            return float(self.sampling_temperature) if self.sampling_temperature is not None else STATIC_TEMPERATURES["temperature"]
+        if self.strategy in STATIC_TEMPERATURES:
+            return STATIC_TEMPERATURES[self.strategy]
+        return float(self.scorer_prior_temperature) if self.scorer_prior_temperature is not None else 1.0
 
     @property
     def is_dynamic(self) -> bool:

@@ -15,6 +15,7 @@ What it adds to the stock trainer, and why:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, Callable, Mapping
@@ -25,9 +26,10 @@ from datasets import Dataset, concatenate_datasets
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import get_last_checkpoint, seed_worker
+from transformers.trainer_utils import PredictionOutput, seed_worker
 
 from .callback import CorpusBalancingCallback
+from .checkpoints import LATEST, checkpoint_problem, last_complete_checkpoint
 from .metrics import macro_average, translation_scores
 from .priors import check_corpus_probabilities
 from .rewards import IGNORE_INDEX, BalancingReward, UncertaintyReward
@@ -55,7 +57,9 @@ def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Datase
         pin_memory=args.dataloader_pin_memory and torch.cuda.is_available(),
         persistent_workers=args.dataloader_persistent_workers and args.dataloader_num_workers > 0,
         prefetch_factor=args.dataloader_prefetch_factor if args.dataloader_num_workers > 0 else None,
-        worker_init_fn=lambda worker_id: seed_worker(worker_id, args.dataloader_num_workers, args.process_index),
+        # A partial of a module-level function, not a lambda: worker processes started with ``spawn`` (macOS,
+        # Windows) receive it pickled.
+        worker_init_fn=functools.partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
     )
     return trainer.accelerator.prepare(dataloader)
 
@@ -98,7 +102,7 @@ class UATTrainer(Seq2SeqTrainer):
         model: torch.nn.Module | None = None,
         args: UATConfig | None = None,
         *,
-        train_corpora: Mapping[str, Dataset],
+        train_corpora: Mapping[str, Dataset] | None = None,
         dev_corpora: Mapping[str, Dataset] | None = None,
         eval_corpora: Mapping[str, Dataset] | None = None,
         processing_class: Any = None,
@@ -108,7 +112,13 @@ class UATTrainer(Seq2SeqTrainer):
         **kwargs: Any,
     ) -> None:
         if "train_dataset" in kwargs or "eval_dataset" in kwargs:
-            raise TypeError("UATTrainer takes train_corpora / eval_corpora (dicts of named datasets), not train_dataset / eval_dataset.")
+            given = " and ".join(k for k in ("train_dataset", "eval_dataset") if k in kwargs)
+            raise TypeError(
+                f"UATTrainer got {given}, but it balances named corpora: pass train_corpora={{name: dataset, ...}} "
+                "(and dev_corpora / eval_corpora the same way) instead. With a single dataset, use Seq2SeqTrainer."
+            )
+        if train_corpora is None:
+            raise TypeError("UATTrainer needs train_corpora: a dict {corpus name: tokenized Dataset}.")
         if args is None:
             args = UATConfig(output_dir="uat_output")
         if not isinstance(args, UATConfig):
@@ -179,6 +189,7 @@ class UATTrainer(Seq2SeqTrainer):
             seed=seed,
             accelerator=self.accelerator,
             log_fn=self.log,
+            allow_inexact_resume=args.allow_inexact_resume,
         )
         self.add_callback(self.balancing)
 
@@ -200,12 +211,26 @@ class UATTrainer(Seq2SeqTrainer):
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
         """As ``Trainer.train``; on resume the sampler and scorer continue from the same checkpoint.
 
-        A checkpoint already at ``max_steps`` is refused: the stock loop would train one step past it.
+        ``resume_from_checkpoint=True`` (or the strings ``"true"`` / ``"latest"``, as the command line gives
+        them) takes the last *complete* checkpoint of ``output_dir``: folders left empty or torn by a run
+        killed while saving are skipped. A checkpoint that cannot be resumed exactly, or one already at
+        ``max_steps`` (the stock loop would train one step past it), is refused before training starts.
         """
+        exact = not self.args.allow_inexact_resume
+        if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() in LATEST:
+            resume_from_checkpoint = True
         if resume_from_checkpoint is True:
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir, needs_balancing_state=exact)
             if resume_from_checkpoint is None:
-                raise ValueError(f"No checkpoint found in output_dir {self.args.output_dir!r} to resume from.")
+                raise ValueError(f"No complete checkpoint found in output_dir {self.args.output_dir!r} to resume from.")
+        elif resume_from_checkpoint:
+            problem = checkpoint_problem(resume_from_checkpoint, needs_balancing_state=exact)
+            if problem is not None:
+                raise ValueError(
+                    f"Cannot resume from checkpoint {resume_from_checkpoint!r}: {problem}. Give a complete checkpoint "
+                    "folder, or resume_from_checkpoint=True for the last complete one in output_dir"
+                    + (" (allow_inexact_resume=True accepts one without the balancing state)." if exact else ".")
+                )
         if resume_from_checkpoint and self.args.max_steps > 0:
             done = _checkpoint_step(resume_from_checkpoint)
             if done >= self.args.max_steps:
@@ -215,7 +240,7 @@ class UATTrainer(Seq2SeqTrainer):
                     "trained model from the checkpoint."
                 )
         self.balancing.resume_from = resume_from_checkpoint or None
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
@@ -229,42 +254,77 @@ class UATTrainer(Seq2SeqTrainer):
         metric_key_prefix: str = "eval",
         **gen_kwargs: Any,
     ) -> dict[str, float]:
-        """Per-corpus generation metrics plus their macro averages (``<prefix>_mean_bleu``/``_chrf``)."""
+        """Per-corpus generation metrics plus their macro averages (``<prefix>_mean_bleu``/``_chrf``).
+
+        One evaluation of many corpora is one ``on_evaluate`` event and one log entry carrying every
+        corpus's metrics and the means, so ``EarlyStoppingCallback`` and ``load_best_model_at_end`` can
+        follow ``metric_for_best_model="mean_bleu"``.
+        """
         if isinstance(eval_dataset, Dataset):
             eval_dataset, self._current_references = _longest_source_first(eval_dataset, _references(eval_dataset, self.processing_class))
-            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix, **gen_kwargs)
-        if isinstance(eval_dataset, str):
-            corpora = {eval_dataset: self.eval_corpora[eval_dataset]}
-        else:
-            corpora = dict(eval_dataset) if eval_dataset is not None else self.eval_corpora
-        if not corpora:
-            raise ValueError("Nothing to evaluate: pass eval_corpora (or dev_corpora) to UATTrainer.")
+            try:
+                return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix, **gen_kwargs)
+            finally:
+                self._current_references = None
+        outputs = self.predict(self._named_corpora(eval_dataset), ignore_keys, metric_key_prefix, **gen_kwargs)
         metrics: dict[str, float] = {}
-        per_corpus: dict[str, dict[str, float]] = {}
-        for name, dataset in corpora.items():
+        for output in outputs.values():
+            metrics.update(output.metrics)
+        metrics.update(self._macro_means(metrics, list(outputs), metric_key_prefix))
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    def predict(
+        self,
+        test_dataset: Dataset | Mapping[str, Dataset] | str,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "test",
+        **gen_kwargs: Any,
+    ) -> PredictionOutput | dict[str, PredictionOutput]:
+        """Translations and metrics of one dataset, or of each named corpus (a dict, or the name of one of
+        ``eval_corpora``): then a dict name → ``PredictionOutput`` whose metrics are ``<prefix>_<name>_bleu``
+        and so on, each corpus in the original order of its rows."""
+        if isinstance(test_dataset, Dataset):
+            return super().predict(test_dataset, ignore_keys, metric_key_prefix, **gen_kwargs)
+        outputs: dict[str, PredictionOutput] = {}
+        for name, dataset in self._named_corpora(test_dataset).items():
             references = (
                 self._references[name] if name in self._references and dataset is self.eval_corpora.get(name)
-                else _references(dataset, self.processing_class)
+                else _references(dataset, self.processing_class, name)
             )
-            dataset, self._current_references = _longest_source_first(dataset, references)
-            prefix = f"{metric_key_prefix}_{name}"
-            corpus_metrics = super().evaluate(dataset, ignore_keys, prefix, **gen_kwargs)
-            metrics.update(corpus_metrics)
-            if f"{prefix}_bleu" in corpus_metrics:
-                per_corpus[name] = {"bleu": corpus_metrics[f"{prefix}_bleu"], "chrf": corpus_metrics[f"{prefix}_chrf"]}
-        self._current_references = None
-        if per_corpus:
-            means = {
-                f"{metric_key_prefix}_mean_bleu": macro_average(per_corpus, "bleu"),
-                f"{metric_key_prefix}_mean_chrf": macro_average(per_corpus, "chrf"),
-            }
-            metrics.update(means)
-            self.log(means)
-            if self.is_world_process_zero() and self.metric_signatures:
-                os.makedirs(self.args.output_dir, exist_ok=True)
-                with open(os.path.join(self.args.output_dir, SIGNATURES_FILE), "w", encoding="utf-8") as f:
-                    json.dump(self.metric_signatures, f, indent=2)
-        return metrics
+            order = _longest_source_first_order(dataset)
+            self._current_references = [references[i] for i in order]
+            try:
+                output = super().predict(dataset.select(order), ignore_keys, f"{metric_key_prefix}_{name}", **gen_kwargs)
+            finally:
+                self._current_references = None
+            outputs[name] = _in_original_order(output, order)
+        if self.args.should_save and self.metric_signatures:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            with open(os.path.join(self.args.output_dir, SIGNATURES_FILE), "w", encoding="utf-8") as f:
+                json.dump(self.metric_signatures, f, indent=2)
+        return outputs
+
+    def _named_corpora(self, corpora: Mapping[str, Dataset] | str | None) -> dict[str, Dataset]:
+        if isinstance(corpora, str):
+            if corpora not in self.eval_corpora:
+                raise KeyError(f"No evaluation corpus named {corpora!r}; the trainer has {list(self.eval_corpora)}.")
+            return {corpora: self.eval_corpora[corpora]}
+        named = dict(corpora) if corpora is not None else self.eval_corpora
+        if not named:
+            raise ValueError("Nothing to evaluate: pass eval_corpora (or dev_corpora) to UATTrainer.")
+        return named
+
+    @staticmethod
+    def _macro_means(metrics: Mapping[str, float], names: list[str], prefix: str) -> dict[str, float]:
+        per_corpus = {
+            name: {"bleu": metrics[f"{prefix}_{name}_bleu"], "chrf": metrics[f"{prefix}_{name}_chrf"]}
+            for name in names if f"{prefix}_{name}_bleu" in metrics
+        }
+        if not per_corpus:
+            return {}
+        return {f"{prefix}_mean_bleu": macro_average(per_corpus, "bleu"), f"{prefix}_mean_chrf": macro_average(per_corpus, "chrf")}
 
     def _translation_metrics(self, prediction: EvalPrediction) -> dict[str, float]:
         tokenizer = self.processing_class
@@ -282,14 +342,30 @@ class UATTrainer(Seq2SeqTrainer):
         return scores
 
 
-def _longest_source_first(dataset: Dataset, references: list[str]) -> tuple[Dataset, list[str]]:
-    """The corpus and its references in :func:`~uat_hf.sampler.longest_first` order of source length
-    (a generation batch decodes until its longest sentence ends). Corpus-level BLEU and chrF do not
-    depend on the order."""
+def _longest_source_first_order(dataset: Dataset) -> list[int]:
+    """:func:`~uat_hf.sampler.longest_first` order of source length (a generation batch decodes until its
+    longest sentence ends). Corpus-level BLEU and chrF do not depend on the order."""
     if "input_ids" not in dataset.column_names:
-        return dataset, references
-    order = longest_first(example_lengths(dataset, columns=("input_ids",)))
+        return list(range(len(dataset)))
+    return [int(i) for i in longest_first(example_lengths(dataset, columns=("input_ids",)))]
+
+
+def _longest_source_first(dataset: Dataset, references: list[str]) -> tuple[Dataset, list[str]]:
+    order = _longest_source_first_order(dataset)
     return dataset.select(order), [references[i] for i in order]
+
+
+def _in_original_order(output: PredictionOutput, order: list[int]) -> PredictionOutput:
+    """``output`` of the rows ``order`` of a dataset, put back in the dataset's own row order."""
+    inverse = np.empty(len(order), dtype=np.int64)
+    inverse[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+
+    def restore(array: Any) -> Any:
+        if isinstance(array, tuple):
+            return tuple(restore(a) for a in array)
+        return array[inverse] if isinstance(array, np.ndarray) and len(array) == len(order) else array
+
+    return PredictionOutput(restore(output.predictions), restore(output.label_ids), output.metrics)
 
 
 def _checkpoint_step(checkpoint: str) -> int:
