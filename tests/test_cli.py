@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import yaml
@@ -133,18 +132,31 @@ def test_a_time_budget_leaves_the_step_schedule_alone_while_the_run_keeps_pace(t
     assert logged == pytest.approx(expected, rel=1e-12, abs=0)
 
 
-def test_the_time_budget_takes_over_the_schedule_once_the_run_falls_behind():
-    on_pace = cli.TimeBudgetCallback(3600)
-    on_pace.on_train_begin(None, None, None)
-    assert on_pace.schedule_progress(step=1, max_steps=1000) == 0.0 and on_pace.behind_from_step is None
+def test_a_time_budget_only_stops_and_resume_gets_the_rest_of_it(tmp_path, capsys):
+    """The budget never steers the learning rate; the time it has used is checkpointed, so a resumed run gets
+    what is left of it (not a fresh budget), and `--resume_from_checkpoint True` skips a torn checkpoint."""
+    out = tmp_path / "out"
+    config = write_recipe(tmp_path / "r.yaml", output_dir=str(out), max_steps=4, warmup_steps=0, lr_scheduler_type="linear",
+                          save_strategy="steps", save_steps=2, eval_corpus_specs=[], max_eval_examples=2)
+    assert cli.main(["--config", str(config), "--max_train_minutes", "30", "--max_steps", "4"]) == 0
+    saved = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    spent = saved["stateful_callbacks"]["TimeBudgetCallback"]["args"]["spent_seconds"]
+    assert spent > 0
+    (out / "checkpoint-4" / "trainer_state.json").unlink()  # a save torn by a kill: resume must skip it
+    (out / "checkpoint-9").mkdir()  # an empty folder left by a kill while saving
+    capsys.readouterr()
 
-    slow = cli.TimeBudgetCallback(0.05)  # 50 ms for 100 steps
-    slow.on_train_begin(None, None, None)
-    time.sleep(0.03)  # 60% of the budget gone after 1 step: far behind
-    first = slow.schedule_progress(step=1, max_steps=100)
-    assert first >= 0.6 and slow.behind_from_step == 1
-    # Once behind, the clock keeps its say even when the step count would claim less.
-    assert slow.schedule_progress(step=2, max_steps=100) >= first
+    # A budget already used up by the first two steps: the resumed run stops after its first step (step 3).
+    budget_minutes = spent / 2 / 60
+    assert cli.main(["--config", str(config), "--max_train_minutes", repr(budget_minutes),
+                     "--resume_from_checkpoint", "True", "--max_steps", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "time budget" in printed and "reached at step 3" in printed
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    # The learning rate of step 3 is the linear schedule's for 4 steps, untouched by the clock.
+    rates = {entry["step"]: entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry}
+    assert rates[3] == pytest.approx(3e-3 * (4 - 2) / 4, rel=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -164,7 +176,7 @@ def test_the_time_budget_takes_over_the_schedule_once_the_run_falls_behind():
     ],
 )
 def test_bad_input_fails_before_training_and_names_the_field(tmp_path, capsys, monkeypatch, changes, argv, message):
-    monkeypatch.setattr(cli.CLITrainer, "train", lambda *a, **k: pytest.fail("training started"))
+    monkeypatch.setattr(cli.UATTrainer, "train", lambda *a, **k: pytest.fail("training started"))
     fields = {**TINY, "output_dir": str(tmp_path / "out"), **changes}
     if "corpus_specs" in changes:
         fields.pop("corpus_dir")

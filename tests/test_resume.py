@@ -79,3 +79,64 @@ def test_resume_from_a_checkpoint_at_max_steps_is_refused_before_any_step(tmp_pa
         run(tmp_path, corpora, tokenizer, tmp_path / "done", resume=True, max_steps=5)
     more, _ = run(tmp_path, corpora, tokenizer, tmp_path / "done", resume=True, max_steps=6)
     assert more.state.global_step == 6 and len(more.trained_batches) == 1
+
+
+def test_resume_true_skips_empty_and_torn_checkpoints_and_continues_exactly(tmp_path, corpora, tokenizer):
+    """A kill while saving leaves an empty or torn ``checkpoint-N``; resume falls back to the last complete one,
+    and a history line torn by the kill does not stop it."""
+    full, full_history = run(tmp_path, corpora, tokenizer, tmp_path / "full")
+    partial_dir = tmp_path / "partial"
+    shutil.copytree(tmp_path / "full" / "checkpoint-5", partial_dir / "checkpoint-5")
+    (partial_dir / "checkpoint-10").mkdir()  # killed right after creating the folder
+    shutil.copytree(tmp_path / "full" / "checkpoint-10", partial_dir / "checkpoint-8")
+    state = partial_dir / "checkpoint-8" / "trainer_state.json"
+    state.write_text(state.read_text()[:100])  # killed while writing the trainer state
+    lines = (tmp_path / "full" / HISTORY_FILE).read_text().splitlines(keepends=True)
+    (partial_dir / HISTORY_FILE).write_text(lines[0] + lines[1][:40])  # killed mid-line
+
+    resumed, resumed_history = run(tmp_path, corpora, tokenizer, partial_dir, resume="latest")
+
+    assert resumed.trained_batches == full.trained_batches[5:]
+    drop_seconds = [{k: v for k, v in h.items() if k != "seconds"} for h in full_history]
+    assert [{k: v for k, v in h.items() if k != "seconds"} for h in resumed_history] == drop_seconds
+    for p, q in zip(full.model.parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_a_checkpoint_without_the_balancing_state_is_refused_unless_allowed(tmp_path, corpora, tokenizer):
+    run(tmp_path, corpora, tokenizer, tmp_path / "a", max_steps=5)
+    (tmp_path / "a" / "checkpoint-5" / STATE_FILE).unlink()
+    with pytest.raises(ValueError, match=rf"Cannot resume from checkpoint .*checkpoint-5.*{STATE_FILE}.* is missing"):
+        run(tmp_path, corpora, tokenizer, tmp_path / "a", resume=str(tmp_path / "a" / "checkpoint-5"), max_steps=8)
+    with pytest.raises(ValueError, match="No complete checkpoint found"):
+        run(tmp_path, corpora, tokenizer, tmp_path / "a", resume=True, max_steps=8)
+
+    # The callback on its own (as on a stock Trainer) refuses it too, before the first step.
+    from uat_hf.callback import CorpusBalancingCallback
+
+    trainer, _ = run(tmp_path, corpora, tokenizer, tmp_path / "b", max_steps=5)
+    (tmp_path / "b" / "checkpoint-5" / STATE_FILE).unlink()
+    callback = CorpusBalancingCallback(trainer.corpus_sampler)
+    trainer.state.global_step = 5
+    with pytest.raises(ValueError, match=rf"Cannot resume exactly at step 5: .*{STATE_FILE} is missing"):
+        callback.on_train_begin(trainer.args, trainer.state, trainer.control)
+
+    # An explicit opt-in resumes anyway (inexactly), with a warning.
+    model = build_model("tiny", tokenizer)
+    args = UATConfig(output_dir=str(tmp_path / "a"), strategy="multiuat", measure="exptp", mc_samples=2, update_every=3,
+                     max_steps=7, max_tokens=300, save_strategy="no", report_to=[], use_cpu=True, seed=7,
+                     disable_tqdm=True, allow_inexact_resume=True)
+    trainer = UATTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"], processing_class=tokenizer)
+    assert trainer.train(resume_from_checkpoint=True).global_step == 7
+
+
+def test_dynamic_strategy_that_would_never_update_is_refused_before_the_first_step(tmp_path, corpora, tokenizer):
+    """With epochs instead of max_steps the number of steps is only known when training starts."""
+    model = build_model("tiny", tokenizer)
+    small = {name: ds.select(range(30)) for name, ds in corpora["train"].items()}
+    args = UATConfig(output_dir=str(tmp_path / "e"), strategy="multiuat", measure="exptp", mc_samples=2, update_every=1000,
+                     num_train_epochs=1, max_tokens=300, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+    trainer = RecordingTrainer(model, args, train_corpora=small, dev_corpora=corpora["dev"], processing_class=tokenizer)
+    with pytest.raises(ValueError, match=r"update_every=1000 >= max_steps=\d+ \(the steps this run trains\)"):
+        trainer.train()
+    assert not getattr(trainer, "trained_batches", [])

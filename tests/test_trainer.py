@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
-from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+from torch.utils.data import DataLoader
+from transformers import (
+    DataCollatorForSeq2Seq,
+    EarlyStoppingCallback,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+)
 
 from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback
 from uat_hf.metrics import translation_scores
@@ -113,6 +121,8 @@ def test_bad_construction_is_rejected(tmp_path, corpora, tokenizer, tiny_model):
     with pytest.raises(TypeError, match="train_corpora"):
         UATTrainer(tiny_model, make_args(tmp_path), train_corpora=corpora["train"], train_dataset=corpora["train"]["bible"],
                    processing_class=tokenizer)
+    with pytest.raises(TypeError, match=r"got train_dataset, but it balances named corpora: pass train_corpora="):
+        UATTrainer(tiny_model, make_args(tmp_path), train_dataset=corpora["train"]["bible"], processing_class=tokenizer)
     with pytest.raises(ValueError, match="'bible' is empty"):
         UATTrainer(tiny_model, make_args(tmp_path), train_corpora={"bible": corpora["train"]["bible"].select([])},
                    processing_class=tokenizer)
@@ -146,3 +156,65 @@ def test_callback_drives_a_stock_seq2seq_trainer(tmp_path, corpora, tokenizer, t
     history = [json.loads(line) for line in (tmp_path / "stock" / HISTORY_FILE).read_text().splitlines()]
     assert [h["step"] for h in history] == [2, 4]
     assert set(history[0]["probabilities"]) == set(corpora["train"])
+
+
+class EvaluationRecorder(TrainerCallback):
+    def __init__(self):
+        self.events = []
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self.events.append(dict(metrics))
+
+
+def test_early_stopping_follows_the_macro_mean_bleu(tmp_path, corpora, tokenizer, tiny_model):
+    """One evaluation of many corpora is one on_evaluate event holding every corpus and the means, so
+    EarlyStoppingCallback sees eval_mean_bleu: a run whose mean BLEU cannot improve (learning rate 0) stops
+    after `patience` evaluations instead of running to max_steps."""
+    recorder = EvaluationRecorder()
+    args = make_args(
+        tmp_path, max_steps=12, learning_rate=0.0, eval_strategy="steps", eval_steps=2, save_strategy="steps",
+        save_steps=2, metric_for_best_model="mean_bleu", greater_is_better=True, load_best_model_at_end=True,
+        generation_num_beams=1, generation_max_length=8,
+    )
+    small = {name: ds.select(range(8)) for name, ds in corpora["dev"].items()}
+    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=small, processing_class=tokenizer,
+                         callbacks=[EarlyStoppingCallback(early_stopping_patience=1), recorder])
+    result = trainer.train()
+    assert result.global_step == 4  # evaluations at steps 2 (best) and 4 (no better: patience 1 used up)
+    assert len(recorder.events) == 2
+    for metrics in recorder.events:
+        assert "eval_mean_bleu" in metrics and all(f"eval_{name}_bleu" in metrics for name in small)
+    assert trainer.state.best_metric == recorder.events[0]["eval_mean_bleu"]
+
+
+def test_predict_on_named_corpora_matches_predict_on_each(tmp_path, corpora, tokenizer, tiny_model):
+    """predict() accepts what evaluate() accepts: a dict of corpora gives one PredictionOutput per corpus, in the
+    corpus's own row order, with the same metrics as evaluate."""
+    test = {name: ds.select(range(10)) for name, ds in list(corpora["test"].items())[:2]}
+    args = make_args(tmp_path, generation_num_beams=1, generation_max_length=8)
+    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], eval_corpora=test, processing_class=tokenizer)
+    outputs = trainer.predict(test)
+    assert set(outputs) == set(test)
+    metrics = trainer.evaluate()
+    for name, dataset in test.items():
+        alone = Seq2SeqTrainer.predict(trainer, dataset.remove_columns("target_text"))
+        decode = lambda ids: tokenizer.batch_decode(np.where(ids < 0, tokenizer.pad_token_id, ids), skip_special_tokens=True)
+        assert decode(outputs[name].predictions) == decode(alone.predictions)
+        assert outputs[name].metrics[f"test_{name}_bleu"] == pytest.approx(metrics[f"eval_{name}_bleu"])
+    assert isinstance(trainer.predict(test[next(iter(test))]).metrics, dict)
+
+
+def test_training_data_loads_in_spawned_worker_processes(tmp_path, corpora, tokenizer, tiny_model):
+    """With dataloader_num_workers > 0 on macOS / Windows, workers start with ``spawn`` and receive the
+    worker_init_fn pickled: it must not be a lambda."""
+    args = make_args(tmp_path, dataloader_num_workers=1)
+    small = {name: ds.select(range(20)) for name, ds in corpora["train"].items()}
+    trainer = UATTrainer(tiny_model, args, train_corpora=small, processing_class=tokenizer)
+    loader = trainer.get_train_dataloader()
+    pickle.dumps(loader.worker_init_fn)
+    spawned = DataLoader(
+        loader.dataset, batch_sampler=trainer.corpus_sampler, collate_fn=DataCollatorForSeq2Seq(tokenizer),
+        num_workers=1, worker_init_fn=loader.worker_init_fn, multiprocessing_context="spawn",
+    )
+    batches = [batch for _, batch in zip(range(2), spawned)]
+    assert len(batches) == 2 and batches[0]["input_ids"].shape[0] > 0

@@ -29,10 +29,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
 from ..corpora import CorpusSpec, PreprocessingConfig, corpus_specs_from_directory, corpus_tags, language_tag
 from ..recipe import Recipe
-from transformers import TrainerCallback
-
 from ..uat_trainer import UATTrainer
 from .arguments import (
     CONFIG_FLAG,
@@ -139,7 +140,10 @@ def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: l
                 missing.append(tag)
         if missing:
             _say(f"adding language tags {missing} to the tokenizer of {name} as special tokens")
-            tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_additional_special_tokens=False)
+            # transformers 5 calls them extra_special_tokens; keep the ones the tokenizer has. A pretrained model's
+            # embeddings grow to len(tokenizer) in presets.build_model.
+            tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
+            check_tags_in_vocab(tokenizer, missing)
         return tokenizer
     texts = []
     for spec in specs:
@@ -221,72 +225,41 @@ def _check_lengths(limit: int | None, data_args: DataArguments) -> None:
 # --------------------------------------------------------------------------------------------- time budget
 
 
-class TimeBudgetCallback(TrainerCallback):
-    """Stops training once ``seconds`` of wall-clock time have passed since training began.
+class TimeBudgetCallback(TrainerCallback, ExportableState):
+    """Stops training once ``seconds`` of training time have passed, counted across resumes.
 
-    It also tells :class:`CLITrainer`'s learning-rate schedule whether the run keeps pace to reach
-    ``max_steps`` within the budget. While it does, the schedule follows the steps alone, so a run is
-    reproducible step for step; once the clock runs ahead of the steps by more than ``slack`` of the
-    budget, the schedule follows the clock from then on, so a slow machine still ends on a decayed rate.
+    It only stops: the learning rate follows ``max_steps`` whatever the clock says, so the steps a run
+    trains are the same on every machine until the budget cuts it short. The time already spent is saved
+    with each checkpoint (``TrainerState.stateful_callbacks``), so a resumed run gets the rest of the budget,
+    not a new one.
     """
 
-    def __init__(self, seconds: float, *, slack: float = 0.02) -> None:
+    def __init__(self, seconds: float, spent_seconds: float = 0.0) -> None:
         self.seconds = float(seconds)
-        self.slack = float(slack)
+        self.spent_seconds = float(spent_seconds)
         self.start: float | None = None
         self.stopped_at_step: int | None = None
-        self.behind_from_step: int | None = None
 
-    def fraction(self) -> float:
-        """Share of the budget spent so far (0 before training starts)."""
-        return 0.0 if self.start is None else (time.monotonic() - self.start) / self.seconds
+    def elapsed(self) -> float:
+        """Seconds of the budget used so far, earlier runs of a resumed training included."""
+        return self.spent_seconds + (0.0 if self.start is None else time.monotonic() - self.start)
 
-    def schedule_progress(self, step: int, max_steps: int) -> float:
-        """Share of the schedule the clock claims at ``step``: 0 while the run keeps pace, elapsed share once behind."""
-        if self.behind_from_step is None:
-            if self.fraction() <= step / max(1, max_steps) + self.slack:
-                return 0.0
-            self.behind_from_step = step
-            _say(f"at step {step} the run is behind the pace that reaches max_steps={max_steps} within "
-                 f"{self.seconds / 60:g} min; the learning rate now decays with the clock")
-        return self.fraction()
+    def state(self) -> dict:
+        return {"args": {"seconds": self.seconds, "spent_seconds": self.elapsed()}, "attributes": {}}
 
     def on_train_begin(self, args, state, control, **kwargs):
+        saved = state.stateful_callbacks.get(type(self).__name__) if state.global_step > 0 else None
+        if isinstance(saved, list):
+            saved = saved[0] if saved else None
+        if saved:
+            self.spent_seconds = float(saved["args"].get("spent_seconds", 0.0))
         self.start = time.monotonic()
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.fraction() >= 1.0 and not control.should_training_stop:
+        if self.elapsed() >= self.seconds and not control.should_training_stop:
             control.should_training_stop = True
             self.stopped_at_step = state.global_step
             _say(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping training")
-
-
-class CLITrainer(UATTrainer):
-    """``UATTrainer`` whose linear learning-rate schedule also decays with the time budget once a run falls behind it."""
-
-    time_budget: TimeBudgetCallback | None = None
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        if self.lr_scheduler is None and self.time_budget is not None and str(self.args.lr_scheduler_type) in (
-            "linear", "SchedulerType.LINEAR"
-        ):
-            from torch.optim.lr_scheduler import LambdaLR
-
-            optimizer = optimizer if optimizer is not None else self.optimizer
-            warmup = self.args.get_warmup_steps(num_training_steps)
-            budget = self.time_budget
-
-            def factor(step: int) -> float:
-                if step < warmup:
-                    return step / max(1, warmup)
-                progress = max((step - warmup) / max(1, num_training_steps - warmup),
-                               budget.schedule_progress(step, num_training_steps))
-                return max(0.0, 1.0 - progress)
-
-            self.lr_scheduler = LambdaLR(optimizer, factor)
-            self._created_lr_scheduler = True
-            return self.lr_scheduler
-        return super().create_scheduler(num_training_steps, optimizer)
 
 
 # --------------------------------------------------------------------------------------------- main
@@ -306,6 +279,12 @@ def prepare(
 
     start = time.monotonic() if start is None else start
     output_dir = Path(training_args.output_dir)
+    blocker = next((p for p in (output_dir, *output_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise InputError(
+            f"output_dir {str(output_dir)!r} cannot be created as a directory: {str(blocker)!r} is a file. Give another "
+            "output_dir (it is created if missing), or move the file away."
+        )
     if run_args is not None and run_args.torch_num_threads is not None:
         import torch
 
@@ -355,12 +334,13 @@ def prepare(
 
     # In-training evaluation (eval_strategy, load_best_model_at_end) always looks at the dev sets, never at test;
     # the final evaluation (train_and_evaluate) reports eval_split.
-    trainer = CLITrainer(
-        model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=dev, processing_class=tokenizer
-    )
+    callbacks = []
     if run_args is not None and run_args.max_train_minutes is not None:
-        trainer.time_budget = TimeBudgetCallback(run_args.max_train_minutes * 60)
-        trainer.add_callback(trainer.time_budget)
+        callbacks.append(TimeBudgetCallback(run_args.max_train_minutes * 60))
+    trainer = UATTrainer(
+        model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=dev, processing_class=tokenizer,
+        callbacks=callbacks,
+    )
     return trainer, eval_corpora, ood
 
 
