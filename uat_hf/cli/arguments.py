@@ -369,11 +369,9 @@ class RunArguments:
     max_train_minutes: float | None = field(
         default=None,
         metadata={
-            "help": "Stop training after this many minutes of wall-clock time (max_steps still applies, whichever "
-            "comes first). With lr_scheduler_type linear, the learning rate decays along the steps as usual while "
-            "the run keeps pace to reach max_steps within the budget (a run is then reproducible step for step); "
-            "once the clock runs ahead of the steps by more than 2 percent of the budget, it decays along "
-            "max(step / max_steps, elapsed / budget) instead, so a slow machine still ends on a decayed rate."
+            "help": "Stop training after this many minutes of training time, counted across resumes (max_steps still "
+            "applies, whichever comes first). It only stops: the learning-rate schedule follows max_steps, so a run "
+            "cut short by the budget ends on a rate that has not fully decayed."
         },
     )
 
