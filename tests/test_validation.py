@@ -338,6 +338,21 @@ sum to 1 (within 1e-6); a probability of exactly 0 is allowed for `fixed` only (
 """
 
 DOC_FOOTER = """
+## Refused when training starts (before the first step)
+
+Some inputs can only be judged once `train()` is called; they are refused there, before any step:
+
+| Bad input | Message | Test |
+|---|---|---|
+| `resume_from_checkpoint` a folder without `uat_balancing_state.json` | `Cannot resume from checkpoint '…/checkpoint-5': '…/uat_balancing_state.json' is missing …` (`allow_inexact_resume=True` accepts it, with a warning) | `test_resume.py::test_a_checkpoint_without_the_balancing_state_is_refused_unless_allowed` |
+| the same, with the callback on a stock `Trainer` | `Cannot resume exactly at step 5: …/uat_balancing_state.json is missing …` | same |
+| `resume_from_checkpoint=True` / `"true"` / `"latest"` with no complete checkpoint | `No complete checkpoint found in output_dir …` (empty or torn `checkpoint-N` folders are skipped with a warning) | `test_checkpoints.py`, `test_resume.py::test_resume_true_skips_empty_and_torn_checkpoints_and_continues_exactly` |
+| a checkpoint already at `max_steps` | `Checkpoint … is already at step 5 and max_steps is 5: nothing is left to train …` | `test_resume.py::test_resume_from_a_checkpoint_at_max_steps_is_refused_before_any_step` |
+| a dynamic strategy trained by epochs whose run is shorter than `update_every` | `update_every=1000 >= max_steps=N (the steps this run trains): strategy 'multiuat' would never re-balance …` | `test_resume.py::test_dynamic_strategy_that_would_never_update_is_refused_before_the_first_step` |
+
+A torn last line in `balancing_history.jsonl` (a run killed while writing it) is dropped on resume, with a
+warning, rather than refused.
+
 ## Safe loading
 
 `tests/test_validation.py::test_package_loads_nothing_unsafely` scans the package source and fails on any of:
