@@ -200,6 +200,91 @@ def test_empty_split_is_an_error(tmp_path):
         load_corpus_split(CorpusSpec("c", "en", "de", dev=str(file)), "dev")
 
 
+def write_bytes(path: Path, data: bytes) -> Path:
+    """``data`` written as is, compressed by the suffix (.gz, .bz2, .xz)."""
+    import bz2
+    import lzma
+
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(path.suffix, open)
+    with opener(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+# Line 3 holds Latin-1 text (café), which is not UTF-8.
+_JSON_LINES = [json.dumps({"translation": {"en": f"sentence {i}", "de": f"Satz {i}"}}).encode() for i in range(4)]
+_LATIN1_JSON = '{"translation": {"en": "my café", "de": "mein Café"}}'.encode("latin-1")
+_LATIN1_TSV = "my café\tmein Café".encode("latin-1")
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("c.jsonl", b"\n".join(_JSON_LINES[:2] + [_LATIN1_JSON] + _JSON_LINES[2:]) + b"\n"),
+        ("c.jsonl.gz", b"\n".join(_JSON_LINES[:2] + [_LATIN1_JSON] + _JSON_LINES[2:]) + b"\n"),
+        ("c.jsonl.bz2", b"\n".join(_JSON_LINES[:2] + [_LATIN1_JSON] + _JSON_LINES[2:]) + b"\n"),
+        ("c.jsonl.xz", b"\n".join(_JSON_LINES[:2] + [_LATIN1_JSON] + _JSON_LINES[2:]) + b"\n"),
+        ("c.json", b"[\n" + b",\n".join(_JSON_LINES[:1] + [_LATIN1_JSON] + _JSON_LINES[1:]) + b"\n]\n"),
+        ("c.tsv", b"a b\tx y\nc d\tz w\n" + _LATIN1_TSV + b"\ne f\tv u\n"),
+        ("c.tsv.gz", b"a b\tx y\nc d\tz w\n" + _LATIN1_TSV + b"\ne f\tv u\n"),
+        ("c.csv", b"a b,x y\nc d,z w\n" + _LATIN1_TSV.replace(b"\t", b",") + b"\ne f,v u\n"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_invalid_utf8_names_the_file_and_line(tmp_path, name, content):
+    file = write_bytes(tmp_path / name, content)
+    spec = CorpusSpec("legal", "en", "de", train=str(file))
+    with pytest.raises(ValueError) as error:
+        load_corpus_split(spec, "train", cache_dir=str(tmp_path / "cache"))
+    message = str(error.value)
+    assert message.startswith(f"Corpus 'legal' split 'train': {str(file)!r} is not valid UTF-8 text: line 3, column ")
+    assert "has the byte 0xe9" in message and "Convert the file to UTF-8" in message
+
+
+def test_invalid_utf8_in_a_hub_layout_directory_names_the_file(tmp_path):
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    write_jsonl(tmp_path / "repo" / "data" / "train.jsonl", translations(3))
+    bad = write_bytes(tmp_path / "repo" / "data" / "validation.jsonl", b"\n".join(_JSON_LINES[:1] + [_LATIN1_JSON]) + b"\n")
+    spec = CorpusSpec("hub", "en", "de", path=str(tmp_path / "repo"))
+    assert len(load_corpus_split(spec, "train", cache_dir=str(tmp_path / "cache"))) == 3
+    with pytest.raises(ValueError, match=rf"'hub' split 'dev': {str(bad)!r} is not valid UTF-8 text: line 2, column "):
+        load_corpus_split(spec, "dev", cache_dir=str(tmp_path / "cache"))
+
+
+def test_two_files_for_one_corpus_split_are_refused(tmp_path):
+    write_jsonl(tmp_path / "news.train.jsonl", translations(3))
+    write_jsonl(tmp_path / "news.train.jsonl.gz", translations(4))
+    with pytest.raises(ValueError, match=r"'news' split 'train'.*'news.train.jsonl', 'news.train.jsonl.gz'"):
+        corpus_specs_from_directory(tmp_path, "en", "de")
+    (tmp_path / "news.train.jsonl").unlink()
+    (tmp_path / "news.dev.tsv").write_text("a\tb\n", encoding="utf-8")
+    write_jsonl(tmp_path / "news.dev.jsonl", translations(2))
+    with pytest.raises(ValueError, match=r"'news' split 'dev'.*'news.dev.jsonl', 'news.dev.tsv'.*keep one"):
+        corpus_specs_from_directory(tmp_path, "en", "de")
+    # A file no corpus format reads (a checksum, an editor backup) beside the corpus file is no rival.
+    (tmp_path / "news.dev.tsv").unlink()
+    (tmp_path / "news.train.jsonl.gz.md5").write_text("0123\n", encoding="utf-8")
+    (spec,) = corpus_specs_from_directory(tmp_path, "en", "de")
+    assert (Path(spec.train).name, Path(spec.dev).name) == ("news.train.jsonl.gz", "news.dev.jsonl")
+
+
+def test_hub_id_while_offline_says_what_to_do(tmp_path):
+    assert datasets.config.HF_HUB_OFFLINE, "the tests run with HF_HUB_OFFLINE=1 (conftest)"
+    for spec in (
+        CorpusSpec("news", "en", "de", path="uat-hf-tests/no-such-dataset", hub_config="de-en"),
+        CorpusSpec("news", "en", "de", train="uat-hf-tests/no-such-dataset"),
+    ):
+        with pytest.raises(ConnectionError) as error:
+            load_corpus_split(spec, "train", cache_dir=str(tmp_path))
+        assert isinstance(error.value, ValueError)  # uat-train reports it as bad input
+        message = str(error.value)
+        assert message.startswith(
+            "Corpus 'news' split 'train': could not load dataset 'uat-hf-tests/no-such-dataset' from the Hugging Face "
+            "Hub: offline mode is on (HF_HUB_OFFLINE) and it is not in the local cache"
+        )
+        assert "is not a local directory either" in message and "give a local path" in message
+
+
 # --- preprocessing --------------------------------------------------------------------------------------
 
 

@@ -129,3 +129,23 @@ def test_load_tokenizer_reads_a_local_marian_directory(texts, tmp_path):
     loaded = load_tokenizer(str(tmp_path / "marian"))
     assert isinstance(loaded, MarianTokenizer)
     assert encodings(loaded, SENTENCES) == encodings(marian, SENTENCES)
+
+
+def test_load_tokenizer_hub_id_while_offline_says_what_to_do(tmp_path):
+    from huggingface_hub import constants
+
+    assert constants.HF_HUB_OFFLINE, "the tests run with HF_HUB_OFFLINE=1 (conftest)"
+    with pytest.raises(ConnectionError) as error:
+        load_tokenizer("Helsinki-NLP/opus-mt-en-de", cache_dir=str(tmp_path))  # an empty cache
+    assert isinstance(error.value, ValueError)  # uat-train reports it as bad input
+    message = str(error.value)
+    assert message.startswith(
+        "could not load tokenizer 'Helsinki-NLP/opus-mt-en-de' from the Hugging Face Hub: offline mode is on "
+        "(HF_HUB_OFFLINE) and it is not in the local cache"
+    )
+    assert "give a local path" in message
+    # Other failures are not dressed up as Hub trouble: a local directory without a tokenizer.
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Exception) as other:
+        load_tokenizer(str(tmp_path / "empty"))
+    assert "Hugging Face Hub" not in str(other.value)

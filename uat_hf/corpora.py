@@ -28,6 +28,9 @@ from typing import Mapping, Sequence
 import datasets
 from transformers import PreTrainedTokenizerBase
 
+from .corpus_files import FILE_BUILDERS, builder_for, corpus_files, csv_kwargs, invalid_utf8_message
+from .corpus_files import may_be_invalid_utf8, text_files
+from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_unreachable
 from .tokenization import check_tags_in_vocab
 
 __all__ = [
@@ -54,10 +57,7 @@ BUNDLED_DIR: Path = Path(__file__).parent / "bundled"
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 _DEFAULT_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 _TRANSLATION_FIELD = "translation"
-# File suffix (after an optional compression suffix) → datasets packaged builder.
-_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".tsv": "csv", ".csv": "csv", ".parquet": "parquet"}
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
-_COMPRESSION_SUFFIXES = {".gz", ".bz2", ".xz", ".zst", ".lz4"}
 #: How corpus NAMEs of a directory map to language pairs (aliases included).
 DIRECTIONS = {
     "multi-domain": "multi-domain",
@@ -146,7 +146,8 @@ def corpus_specs_from_directory(
         required_split: the split every selected corpus must have; ``"test"`` admits test-only
             (out-of-domain) corpora, and the default corpus list is then every NAME with a test file.
 
-    A split file that does not exist leaves that split ``None``.
+    A split file that does not exist leaves that split ``None``; two files for one corpus and split
+    (``X.train.jsonl`` beside ``X.train.jsonl.gz``) are refused with ``ValueError``.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -155,7 +156,7 @@ def corpus_specs_from_directory(
     if mode is None:
         raise ValueError(f"Unknown direction {direction!r}; choose one of {sorted(set(DIRECTIONS))}.")
     _check_split(required_split)
-    found = _corpus_files(directory)
+    found = corpus_files(directory, SPLITS)
     names = _select_corpora(found, corpora, directory, required_split)
     return [
         CorpusSpec(
@@ -172,17 +173,26 @@ def load_corpus_split(spec: CorpusSpec, split: str, *, cache_dir: str | None = N
     """Load one split of a corpus as a Dataset with exactly two string columns, ``source`` and ``target``.
 
     ``spec.max_examples`` keeps the first N rows of the train split only. Raises ``FileNotFoundError`` for a
-    missing file, ``ValueError`` for an absent or empty split or a row without the source/target text.
+    missing file, ``ValueError`` for an absent or empty split, a row without the source/target text or a
+    local file that is not UTF-8 (naming file and line), :class:`~uat_hf.hub_errors.HubUnavailableError`
+    (a ``ValueError`` too) for a Hub dataset that is neither reachable nor cached.
     """
     location = spec.split_location(split)
     if location is None:
         raise ValueError(f"Corpus {spec.name!r} has no {split!r} split; set CorpusSpec.{split} to a file path.")
-    raw = _load_raw(spec, split, location, cache_dir)
-    if split == "train" and spec.max_examples is not None:
-        raw = raw.select(range(min(spec.max_examples, len(raw))))
-    if len(raw) == 0:
-        raise ValueError(f"Corpus {spec.name!r} split {split!r} ({location}) is empty.")
-    return _extract_pair(raw, spec, split)
+    try:
+        raw = _load_raw(spec, split, location, cache_dir)
+        if split == "train" and spec.max_examples is not None:
+            raw = raw.select(range(min(spec.max_examples, len(raw))))
+        if len(raw) == 0:
+            raise ValueError(f"Corpus {spec.name!r} split {split!r} ({location}) is empty.")
+        return _extract_pair(raw, spec, split)
+    except (ValueError, datasets.exceptions.DatasetGenerationError) as error:
+        # Text that is not UTF-8 fails in the loader (CSV, JSON arrays) or only when rows are read (JSON lines).
+        bad = invalid_utf8_message(text_files(Path(spec.path or location))) if may_be_invalid_utf8(error) else None
+        if bad is None:
+            raise
+        raise ValueError(f"Corpus {spec.name!r} split {split!r}: {bad}") from error
 
 
 #: Share of a training corpus removed by the cleaning filters above which :func:`preprocess` warns.
@@ -379,17 +389,6 @@ def _check_unique_names(specs: Sequence[CorpusSpec]) -> None:
         raise ValueError(f"Corpus names must be unique; repeated: {duplicates}.")
 
 
-def _corpus_files(directory: Path) -> dict[str, dict[str, Path]]:
-    found: dict[str, dict[str, Path]] = {}
-    for path in sorted(directory.iterdir()):
-        parts = path.name.split(".")
-        if len(parts) >= 3 and parts[1] in SPLITS and path.is_file():
-            found.setdefault(parts[0], {})[parts[1]] = path
-    if not found:
-        raise FileNotFoundError(f"No NAME.{{train,dev,test}}.jsonl.gz files in {str(directory)!r}.")
-    return found
-
-
 def _select_corpora(
     found: Mapping[str, Mapping[str, Path]], corpora: Sequence[str] | None, directory: Path, required_split: str
 ) -> list[str]:
@@ -425,18 +424,18 @@ def _load_raw(spec: CorpusSpec, split: str, location: str, cache_dir: str | None
     if spec.path is not None:
         return _load_hub(spec, spec.path, location, split, cache_dir)
     file = Path(location)
-    builder = _builder_for(file)
+    builder = builder_for(file)
     if builder is None:
         if file.is_dir() or (_HUB_ID.fullmatch(location) and not file.exists()):
             # A Hub id or a directory laid out like a Hub repo given directly as the split value.
             return _load_hub(spec, location, _DEFAULT_HUB_SPLITS[split], split, cache_dir)
         raise ValueError(
             f"Corpus {spec.name!r} split {split!r}: cannot tell the format of {location!r}; use a file ending in "
-            f"{sorted(_FILE_BUILDERS)} (optionally .gz), or set CorpusSpec.path to a Hub dataset ('org/name')."
+            f"{sorted(FILE_BUILDERS)} (optionally .gz), or set CorpusSpec.path to a Hub dataset ('org/name')."
         )
     if not file.is_file():
         raise FileNotFoundError(f"Corpus {spec.name!r} split {split!r}: file {location!r} does not exist.")
-    kwargs = _csv_kwargs(spec, file) if builder == "csv" else {}
+    kwargs = csv_kwargs(file, spec.source_field, spec.target_field) if builder == "csv" else {}
     try:
         return datasets.load_dataset(builder, data_files=str(file), split="train", cache_dir=cache_dir, **kwargs)
     except StopIteration as error:  # what the json builder raises on a file without a single row
@@ -449,33 +448,19 @@ def _load_raw(spec: CorpusSpec, split: str, location: str, cache_dir: str | None
 def _load_hub(spec: CorpusSpec, path: str, hub_split: str, split: str, cache_dir: str | None) -> datasets.Dataset:
     try:
         return datasets.load_dataset(path, spec.hub_config, split=hub_split, cache_dir=cache_dir)
-    except (ValueError, FileNotFoundError) as error:
+    except (ConnectionError, FileNotFoundError, ValueError) as error:
+        # Offline or no network, and not cached: datasets raises ConnectionError("Couldn't reach ... on the Hub"),
+        # huggingface_hub LocalEntryNotFoundError (a FileNotFoundError).
+        if not Path(path).exists() and (isinstance(error, ConnectionError) or is_hub_unreachable(error)):
+            message = hub_unavailable_message("dataset", path, cache_dir or datasets.config.HF_DATASETS_CACHE)
+            raise HubUnavailableError(f"Corpus {spec.name!r} split {split!r}: {message}") from error
+        if isinstance(error, ConnectionError):
+            raise
         config = f" (config {spec.hub_config!r})" if spec.hub_config else ""
         message = (
             f"Corpus {spec.name!r} split {split!r}: could not load split {hub_split!r} of dataset {path!r}{config}: {error}"
         )
         raise (FileNotFoundError if isinstance(error, FileNotFoundError) else ValueError)(message) from error
-
-
-def _builder_for(file: Path) -> str | None:
-    suffixes = file.suffixes
-    if suffixes and suffixes[-1] in _COMPRESSION_SUFFIXES:
-        suffixes = suffixes[:-1]
-    return _FILE_BUILDERS.get(suffixes[-1]) if suffixes else None
-
-
-def _csv_kwargs(spec: CorpusSpec, file: Path) -> dict:
-    """TSV/CSV: without field names, two header-less columns (source, target); with them, a header row."""
-    delimiter = "\t" if ".tsv" in file.suffixes else ","
-    headerless = spec.source_field is None and spec.target_field is None
-    text_columns = ["source", "target"] if headerless else [spec.source_field, spec.target_field]
-    # Text stays text: no NaN for "NA"/"null", no numbers inferred for a column of digits.
-    kwargs: dict = {"delimiter": delimiter, "keep_default_na": False, "converters": dict.fromkeys(text_columns, str)}
-    if delimiter == "\t":
-        kwargs["quoting"] = 3  # csv.QUOTE_NONE: quotes are ordinary characters in tab-separated text
-    if headerless:
-        kwargs.update(header=None, names=text_columns)
-    return kwargs
 
 
 def _extract_pair(raw: datasets.Dataset, spec: CorpusSpec, split: str) -> datasets.Dataset:

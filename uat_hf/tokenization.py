@@ -14,11 +14,14 @@ subwords would cost the model an extra job (recognising the tag) and is rejected
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 import datasets
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_unreachable
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "</s>"
@@ -90,11 +93,20 @@ def load_tokenizer(name_or_path: str, **kwargs) -> PreTrainedTokenizerBase:
     """Load a tokenizer saved with ``save_pretrained`` (local directory) or from the Hub (``org/name``).
 
     Works for the tokenizers trained by :func:`train_joint_tokenizer` and for ``MarianTokenizer``
-    directories such as ``Helsinki-NLP/opus-mt-en-de``. Remote code is never executed.
+    directories such as ``Helsinki-NLP/opus-mt-en-de``. Remote code is never executed. A Hub id that is
+    neither reachable (offline, no network) nor cached raises :class:`~uat_hf.hub_errors.HubUnavailableError`.
     """
     if kwargs.pop("trust_remote_code", False):
         raise ValueError("load_tokenizer never runs remote code; use a tokenizer that transformers supports natively.")
-    return AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False, **kwargs)
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False, **kwargs)
+    except OSError as error:  # transformers: OSError("We couldn't connect to 'https://huggingface.co' ...")
+        if Path(name_or_path).exists() or not is_hub_unreachable(error):
+            raise
+        from huggingface_hub import constants
+
+        message = hub_unavailable_message("tokenizer", name_or_path, kwargs.get("cache_dir") or constants.HF_HUB_CACHE)
+        raise HubUnavailableError(message) from error
 
 
 def check_tags_in_vocab(tokenizer: PreTrainedTokenizerBase, tags: Iterable[str]) -> None:
