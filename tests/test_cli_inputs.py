@@ -197,6 +197,22 @@ def test_offline_hub_tokenizer_exits_2_with_what_to_do(tmp_path, capsys):
     assert "HF_HUB_OFFLINE" in message and "local path" in message
 
 
+def test_offline_hub_model_and_recipe_say_what_to_do(tmp_path, capsys):
+    from uat_hf.hub_errors import HubUnavailableError
+    from uat_hf.presets import build_model
+    from uat_hf.recipe import Recipe
+
+    tokenizer = None  # the model fails to load before the tokenizer is looked at
+    with pytest.raises(HubUnavailableError, match=r"could not load model 'uat-hf-tests/no-such-model' from the Hugging Face "
+                       r"Hub: offline mode is on \(HF_HUB_OFFLINE\).*give a local path instead"):
+        build_model("uat-hf-tests/no-such-model", tokenizer)
+    with pytest.raises(HubUnavailableError, match=r"could not load recipe 'uat-hf-tests/no-such-recipe' from the Hugging "
+                       r"Face Hub: offline mode is on"):
+        Recipe.from_pretrained("uat-hf-tests/no-such-recipe")
+    assert cli.main(["--config", "uat-hf-tests/no-such-recipe"]) == 2
+    assert "uat-train: error: could not load recipe 'uat-hf-tests/no-such-recipe'" in capsys.readouterr().err
+
+
 # --- 4. output_dir ---------------------------------------------------------------------------------------
 
 

@@ -22,6 +22,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_unreachable
+
 _FAIRSEQ_STYLE: dict[str, Any] = {
     "activation_function": "relu",
     "scale_embedding": True,
@@ -133,7 +135,12 @@ def _model_from_preset(preset: str, tokenizer: PreTrainedTokenizerBase, override
 def _pretrained_model(path: str, tokenizer: PreTrainedTokenizerBase, overrides: dict[str, Any]) -> PreTrainedModel:
     if overrides.pop("trust_remote_code", False):
         raise ValueError("build_model never runs remote code; use a model that transformers supports natively.")
-    model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=False, **overrides)
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=False, **overrides)
+    except OSError as error:
+        if is_hub_unreachable(error):
+            raise HubUnavailableError(hub_unavailable_message("model", path, None)) from error
+        raise
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tokenizer))
     return model

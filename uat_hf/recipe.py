@@ -28,6 +28,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import yaml
 from huggingface_hub import hf_hub_download
 
+from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_unreachable
+
 __all__ = ["RECIPE_FILE", "MODEL_CARD_FILE", "Recipe"]
 
 RECIPE_FILE = "recipe.yaml"
@@ -128,15 +130,20 @@ class Recipe(Mapping[str, Any]):
                 raise FileNotFoundError(f"Directory {location!r} has no {filename}; save one with Recipe.save_pretrained.")
             return cls.from_yaml_file(file)
         if _HUB_ID.fullmatch(location) and not location.endswith((".yaml", ".yml")):
-            downloaded = hf_hub_download(
-                repo_id=location,
-                filename=filename,
-                revision=revision,
-                cache_dir=cache_dir,
-                token=token,
-                repo_type=repo_type,
-                local_files_only=local_files_only,
-            )
+            try:
+                downloaded = hf_hub_download(
+                    repo_id=location,
+                    filename=filename,
+                    revision=revision,
+                    cache_dir=cache_dir,
+                    token=token,
+                    repo_type=repo_type,
+                    local_files_only=local_files_only,
+                )
+            except Exception as error:  # huggingface_hub's errors differ by version; only these are converted
+                if is_hub_unreachable(error):
+                    raise HubUnavailableError(hub_unavailable_message("recipe", location, cache_dir)) from error
+                raise
             recipe = cls.from_yaml_file(downloaded)
             recipe.source = f"{location}/{filename}" + (f"@{revision}" if revision else "")
             return recipe
