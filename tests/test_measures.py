@@ -51,16 +51,17 @@ EXPECTED = {
     "enteos": [H4, H3, H2],
     # released-code variants
     "exptp_geometric": [1 - 0.1 ** (1 / 3), 1 - math.sqrt(0.5), 0.75],
+    # vartp_log / comev_log: unbiased variance (divide by T - 1) as the released code's torch.var
     "vartp_log": [
-        statistics.pvariance([math.log(0.5), math.log(0.25), math.log(0.8)]),
-        (LN2 / 2) ** 2,  # log m = (0, -ln2): deviations ±ln2/2
-        0.0,
+        statistics.variance([math.log(0.5), math.log(0.25), math.log(0.8)]),
+        (LN2**2) / 2,  # log m = (0, -ln2): deviations ±ln2/2, squares sum to ln2²/2, over T - 1 = 1
+        0.0,  # one position: 0 (torch.var would give NaN)
     ],
     "comev_log": [
         math.exp(
-            statistics.pvariance([math.log(0.5), math.log(0.25), math.log(0.8)]) / (math.log(0.1) / 3)
+            statistics.variance([math.log(0.5), math.log(0.25), math.log(0.8)]) / (math.log(0.1) / 3)
         ),
-        1 / math.sqrt(2),  # exp(((ln2)^2/4) / (-ln2/2)) = exp(-ln2/2)
+        0.5,  # exp((ln2²/2) / (-ln2/2)) = exp(-ln2)
         1.0,  # variance 0 -> exp(0)
     ],
 }
@@ -144,6 +145,29 @@ def test_pretp_is_not_length_normalised_and_stable_for_long_sentences():
     m = torch.tensor([[1 - 1e-12]], dtype=torch.float64)
     value = sentence_uncertainty("pretp", m, None, torch.ones_like(m, dtype=torch.bool)).item()
     assert value == pytest.approx(1e-12, rel=1e-3)
+
+
+def test_released_variants_use_torch_var_as_the_released_code():
+    """vartp_log/comev_log per sentence equal the released code's torch.var(masked_select(log m, mask)).
+
+    Hand values: log m = (ln 0.5, ln 0.25, ln 0.8) has mean -ln(10)/3 and unbiased variance
+    Σ(x - mean)² / 2; for a 1-token sentence torch.var is NaN and ours is 0 (comev_log 1).
+    """
+    max_prob, entropy = position_statistics(_logits(torch.float64))
+    log_m = max_prob.log()
+    released_var = [torch.var(torch.masked_select(log_m[i], MASK[i])).item() for i in range(2)]
+    logs = [math.log(0.5), math.log(0.25), math.log(0.8)]
+    mean = sum(logs) / 3
+    assert released_var[0] == pytest.approx(sum((x - mean) ** 2 for x in logs) / 2, rel=1e-12)
+    assert released_var[1] == pytest.approx(LN2**2 / 2, rel=1e-12)
+    with pytest.warns(UserWarning, match="degrees of freedom"):
+        assert math.isnan(torch.var(torch.masked_select(log_m[2], MASK[2])).item())
+    ours = sentence_uncertainty("vartp_log", max_prob, entropy, MASK)
+    assert ours[:2].tolist() == pytest.approx(released_var, rel=1e-12) and ours[2].item() == 0.0
+    released_mean = [torch.masked_select(log_m[i], MASK[i]).mean().item() for i in range(2)]
+    comev = sentence_uncertainty("comev_log", max_prob, entropy, MASK)
+    expected = [math.exp(v / m) for v, m in zip(released_var, released_mean)]
+    assert comev[:2].tolist() == pytest.approx(expected, rel=1e-12) and comev[2].item() == 1.0
 
 
 def test_comev_log_all_certain_is_one_not_nan():

@@ -27,8 +27,14 @@ The authors' released fairseq code computes three of them differently; those var
 their own names (:data:`RELEASED_CODE_MEASURES`) so results can be compared with the released code::
 
     exptp_geometric  1 - exp(mean_t log m_t)            (geometric instead of arithmetic mean)
-    vartp_log        Var_t(log m_t)
-    comev_log        exp(Var_t(log m_t) / mean_t(log m_t))
+    vartp_log        Var_t(log m_t)                     unbiased sample variance, as ``torch.var``
+    comev_log        exp(Var_t(log m_t) / mean_t(log m_t))   the same unbiased variance
+
+The released code takes the variance with ``torch.var`` (correction 1: divide by T - 1), so these two do
+too. For a sentence with a single real position (an empty target plus EOS) ``torch.var`` returns NaN; in
+the released code that NaN becomes the corpus reward, the Adam update turns every logit into NaN and the
+next ``np.random.choice`` fails. Here such a sentence gets variance 0 (one position shows no spread), so
+``vartp_log`` is 0 and ``comev_log`` is exp(0) = 1 for it, the values the population variance gives too.
 
 The released code also averages EntSent over all *tokens* of the batch rather than per sentence; that
 is a batch-level reduction (weight each sentence's ``entsent`` by its number of positions), not a
@@ -117,11 +123,15 @@ def _masked_mean(values: Tensor, mask: Tensor, count: Tensor) -> Tensor:
     return torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device)).sum(dim=1) / count
 
 
-def _masked_variance(values: Tensor, mask: Tensor, count: Tensor) -> tuple[Tensor, Tensor]:
-    """Population variance (divide by the count) with a two-pass mean; also returns the mean."""
+def _masked_variance(values: Tensor, mask: Tensor, count: Tensor, correction: int = 0) -> tuple[Tensor, Tensor]:
+    """Variance dividing by ``count - correction`` (0: population, 1: unbiased as ``torch.var``), two-pass.
+
+    Also returns the mean. With ``correction=1`` a row with one real position has variance 0, not NaN.
+    """
     mean = _masked_mean(values, mask, count)
     deviation = torch.where(mask, values - mean[:, None], torch.zeros((), dtype=values.dtype, device=values.device))
-    return (deviation * deviation).sum(dim=1) / count, mean
+    squares = (deviation * deviation).sum(dim=1)
+    return squares / (count - correction).clamp(min=1), mean
 
 
 def sentence_uncertainty(
@@ -154,8 +164,10 @@ def sentence_uncertainty(
     * ``entsent``: ``mean_t H_t``.
     * ``enteos``: ``H`` at ``eos_index``.
     * ``exptp_geometric`` (released code): ``1 - exp(mean_t log m_t)`` = 1 - geometric mean of m_t.
-    * ``vartp_log`` (released code): ``Var_t(log m_t)``, population variance.
-    * ``comev_log`` (released code): ``exp(Var_t(log m_t) / mean_t(log m_t))``, exactly as written, no
+    * ``vartp_log`` (released code): ``Var_t(log m_t)``, unbiased sample variance (``torch.var``,
+      divide by T - 1); 0 for 1-token sentences, where ``torch.var`` gives NaN (see the module docstring).
+    * ``comev_log`` (released code): ``exp(Var_t(log m_t) / mean_t(log m_t))`` with the same unbiased
+      variance (1 for 1-token sentences), exactly as written, no
       sign flipped. Since ``log m_t <= 0`` the ratio is <= 0 and the value lies in ``(0, 1]``: it rises
       toward 1 as the mean log-confidence falls (more uncertain) and falls as the log-confidence varies
       more across the sentence. When every ``m_t`` is exactly 1 (mean and variance both 0) the ratio is
@@ -216,9 +228,9 @@ def sentence_uncertainty(
     if measure == "exptp_geometric":
         return -torch.expm1(_masked_mean(log_m, mask, count_f))
     if measure == "vartp_log":
-        return _masked_variance(log_m, mask, count_f)[0]
+        return _masked_variance(log_m, mask, count_f, correction=1)[0]
     # comev_log
-    var, mean = _masked_variance(log_m, mask, count_f)
+    var, mean = _masked_variance(log_m, mask, count_f, correction=1)
     ratio = torch.where(mean < 0, var / torch.where(mean < 0, mean, torch.ones_like(mean)), torch.zeros_like(mean))
     return torch.exp(ratio)
 
