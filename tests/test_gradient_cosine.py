@@ -51,23 +51,105 @@ def domain_batches(corpora, collator, split: str, count: int = 16) -> list[list[
     return [sub_batches(collator, rows(ds, range(count)), 8) for ds in corpora[split].values()]
 
 
-def test_same_batches_give_cosine_one_and_dropout_is_on(corpora, tokenizer):
+def test_same_batches_give_cosine_one_and_dropout_is_off_by_default(corpora, tokenizer):
     torch.manual_seed(0)
-    model = build_model("tiny", tokenizer, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    model = build_model("tiny", tokenizer, dropout=0.1)  # the model's dropout is on in training
     collator = collator_for(tokenizer, model)
     batch = sub_batches(collator, rows(corpora["train"]["bible"], range(24)), 8)
     reward = GradientCosineReward()
+    assert (reward.dropout, reward.label_smoothing, reward.per_pair_train_batches) == (False, 0.0, False)
     totals = reward.compute(model, [batch, batch], [batch, batch], seed=0)
     rewards, extras = reward.finalize(totals)
-    np.testing.assert_allclose(np.asarray(extras["cosine"]), 1.0, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(extras["cosine"]), 1.0, atol=1e-5)  # eval mode: one gradient
     assert (rewards >= 0.99).all()
     assert extras["cosine_axes"] == {"rows": "train", "columns": "dev"}
 
-    # With the model's dropout on, the two passes draw different masks: close to, but not exactly, 1.
-    torch.manual_seed(0)
-    noisy = build_model("tiny", tokenizer, dropout=0.1)
-    cosine = GradientCosineReward().compute(noisy, [batch], [batch], seed=0)["cosine"]
+    # dropout=True (multiDDS's train-mode passes): the two passes draw different masks, close to but not 1.
+    cosine = GradientCosineReward(dropout=True).compute(model, [batch], [batch], seed=0)["cosine"]
     assert 0.5 < cosine[0, 0] < 1 - 1e-4
+
+
+def test_eval_mode_reward_is_independent_of_the_dropout_seed_and_modes_come_back(corpora, tokenizer):
+    """Default passes run in eval mode (MultiUAT's MultiDDS baseline): no mask, so no seed dependence."""
+    torch.manual_seed(0)
+    model = build_model("tiny", tokenizer, dropout=0.1, attention_dropout=0.1, activation_dropout=0.1)
+    collator = collator_for(tokenizer, model)
+    dev, train = domain_batches(corpora, collator, "dev", 8), domain_batches(corpora, collator, "train", 8)
+    model.train()
+    model.model.decoder.eval()  # a non-uniform pattern must come back exactly
+    modes = [m.training for m in model.modules()]
+    seen = []
+    hook = model.model.register_forward_pre_hook(
+        lambda module, args: seen.append(any(m.training for m in model.modules()))
+    )
+    try:
+        a = GradientCosineReward().compute(model, dev, train, seed=0)["cosine"]
+        b = GradientCosineReward().compute(model, dev, train, seed=1)["cosine"]
+    finally:
+        hook.remove()
+    np.testing.assert_array_equal(a, b)
+    assert seen and not any(seen)  # every pass saw every module in eval mode
+    assert [m.training for m in model.modules()] == modes
+    with_dropout = [GradientCosineReward(dropout=True).compute(model, dev, train, seed=s)["cosine"] for s in (0, 1)]
+    assert not np.array_equal(*with_dropout)
+    assert [m.training for m in model.modules()] == modes
+
+
+def test_label_smoothing_differentiates_the_trainers_smoothed_loss(corpora, tokenizer):
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    torch.manual_seed(0)
+    model = build_model("tiny", tokenizer, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    collator = collator_for(tokenizer, model)
+    batch = collator(rows(corpora["train"]["bible"], range(8)))
+    params = GradientCosineReward.trainable_parameters(model)
+    ours = GradientCosineReward.flat_gradient(model, [batch], params, label_smoothing=0.1)
+    outputs = model(**{k: v for k, v in batch.items() if k != "labels"})
+    loss = LabelSmoother(epsilon=0.1)({"logits": outputs.logits}, batch["labels"])  # what the Trainer trains on
+    expected = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
+    torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-6)
+    plain = GradientCosineReward.flat_gradient(model, [batch], params)
+    assert not torch.allclose(plain, ours, rtol=1e-3, atol=1e-6)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        GradientCosineReward(label_smoothing=1.0)
+
+
+def test_per_pair_train_batches_score_entry_j_i_on_batch_i_j(corpora, tokenizer):
+    torch.manual_seed(0)
+    model = build_model("tiny", tokenizer)
+    collator = collator_for(tokenizer, model)
+    d0, d1 = domain_batches(corpora, collator, "dev", 8)[:2]
+    t0, t1 = domain_batches(corpora, collator, "train", 8)[:2]
+    reward = GradientCosineReward(per_pair_train_batches=True)
+    # train_batches[i][j]: the batch of train corpus j scored against dev corpus i
+    cosine = reward.compute(model, [d0, d1], [[d0, d0], [t0, d1]], seed=0)["cosine"]
+    np.testing.assert_allclose([cosine[0, 0], cosine[1, 0], cosine[1, 1]], 1.0, atol=1e-5)  # [j, i] used (i, j)
+    assert cosine[0, 1] < 0.99
+    # The same batch for every dev corpus is the shared mode, bit for bit.
+    shared = GradientCosineReward().compute(model, [d0, d1], [t0, t1], seed=0)["cosine"]
+    np.testing.assert_array_equal(reward.compute(model, [d0, d1], [[t0, t1], [t0, t1]], seed=0)["cosine"], shared)
+    # Rank shares: each rank reads only its own columns j of every row i.
+    full = reward.compute(model, [d0, d1], [[t0, t1], [t1, t0]], seed=0)["cosine"]
+    shares = [reward.compute(model, [d0, d1], [[t0, None], [t1, None]], process_index=0, num_processes=2)["cosine"],
+              reward.compute(model, [d0, d1], [[None, t1], [None, t0]], process_index=1, num_processes=2)["cosine"]]
+    np.testing.assert_array_equal(shares[0] + shares[1], full)
+    with pytest.raises(ValueError, match=r"train_batches\[i\]\[j\]"):
+        reward.compute(model, [d0, d1], [t0, t1], seed=0)
+
+
+@pytest.mark.parametrize("per_pair", [False, True])
+def test_gradient_passes_per_update(corpora, tokenizer, tiny_model, per_pair):
+    """N dev + N train gradients, or N dev + N·N with a fresh train batch per (dev, train) pair."""
+    collator = collator_for(tokenizer, tiny_model)
+    dev, train = domain_batches(corpora, collator, "dev", 4), domain_batches(corpora, collator, "train", 4)
+    n = len(dev)
+    reward = GradientCosineReward(per_pair_train_batches=per_pair)
+    calls = []
+    original = reward.flat_gradient
+    reward.flat_gradient = lambda model, batches, params, label_smoothing=0.0: (
+        calls.append(1), original(model, batches, params, label_smoothing))[1]
+    reward.compute(tiny_model, dev, [train] * n if per_pair else train, seed=0)
+    assert len(calls) == (n + n * n if per_pair else 2 * n)
 
 
 def test_shuffled_pairs_score_lower_than_clean_ones(corpora, tokenizer):
@@ -99,7 +181,8 @@ def test_shuffled_pairs_score_lower_than_clean_ones(corpora, tokenizer):
         assert rewards[0] > rewards[1] + 0.05, rewards
 
 
-def test_measuring_changes_nothing_in_training(corpora, tokenizer, tiny_model):
+@pytest.mark.parametrize("dropout", [False, True])
+def test_measuring_changes_nothing_in_training(corpora, tokenizer, tiny_model, dropout):
     model = tiny_model
     collator = collator_for(tokenizer, model)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -120,7 +203,7 @@ def test_measuring_changes_nothing_in_training(corpora, tokenizer, tiny_model):
     torch.manual_seed(123)
     expected = torch.rand(8)
     torch.manual_seed(123)
-    reward = GradientCosineReward()
+    reward = GradientCosineReward(dropout=dropout)
     reward.compute(model, domain_batches(corpora, collator, "dev"), domain_batches(corpora, collator, "train"), seed=7)
     after = torch.rand(8)
 
