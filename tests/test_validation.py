@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import gzip
 import json
 import math
 import os
@@ -28,7 +29,7 @@ from datasets import Dataset
 from transformers import HfArgumentParser
 
 from uat_hf.callback import STATE_FILE, CorpusBalancingCallback
-from uat_hf.corpora import CorpusSpec, load_corpora
+from uat_hf.corpora import CorpusSpec, corpus_specs_from_directory, load_corpora
 from uat_hf.presets import build_model
 from uat_hf.sampler import CorpusBatchSampler
 from uat_hf.tokenization import train_joint_tokenizer
@@ -161,6 +162,25 @@ def absent_target_field(env: Env):
     rows = [{"src": "the market closed", "tgt": "der markt schloss"}]
     spec = CorpusSpec("news2", "en", "de", train=write_jsonl(env, "news2", rows), source_field="src", target_field="target_text")
     return load(env, spec, tags=None)
+
+
+def invalid_utf8(env: Env):
+    path = env.tmp / "latin1.train.jsonl"
+    path.write_bytes(json.dumps(PAIR).encode() + b"\n" + '{"translation": {"en": "caf\u00e9", "de": "Caf\u00e9"}}\n'.encode("latin-1"))
+    return load(env, CorpusSpec("legal", "en", "de", train=str(path)), tags=None)
+
+
+def two_files_for_one_split(env: Env):
+    folder = env.tmp / "ambiguous"
+    folder.mkdir(exist_ok=True)
+    (folder / "news.train.jsonl").write_text(json.dumps(PAIR) + "\n", encoding="utf-8")
+    with gzip.open(folder / "news.train.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write(json.dumps(PAIR) + "\n")
+    return corpus_specs_from_directory(folder, "en", "de")
+
+
+def offline_hub_dataset(env: Env):
+    return load(env, CorpusSpec("news", "en", "de", path="uat-hf-tests/no-such-dataset"), tags=None)
 
 
 def unknown_language_tag(env: Env):
@@ -302,6 +322,14 @@ CASES: list[Case] = [
          "Corpus 'news' split 'train' row 1: source text (field 'src') is missing", missing_source_field),
     Case("field-absent", "`target_field=\"target_text\"`, no such field in the file", "load_corpora",
          "Corpus 'news2' split 'train': target field 'target_text' not found", absent_target_field),
+    Case("invalid-utf8", "a JSONL file with a Latin-1 byte on line 2", "load_corpora",
+         "Corpus 'legal' split 'train': '", invalid_utf8),
+    Case("two-files-one-split", "`news.train.jsonl` beside `news.train.jsonl.gz` in a corpus directory",
+         "corpus_specs_from_directory", "has 2 files for corpus 'news' split 'train': 'news.train.jsonl', 'news.train.jsonl.gz'",
+         two_files_for_one_split),
+    Case("hub-offline", "a corpus `path: uat-hf-tests/no-such-dataset` with `HF_HUB_OFFLINE=1`", "load_corpora",
+         "could not load dataset 'uat-hf-tests/no-such-dataset' from the Hugging Face Hub: offline mode is on",
+         offline_hub_dataset),
     Case("unknown-language-tag", "language tag `>>xx<<` that the tokenizer lacks", "load_corpora",
          "Language tag '>>xx<<' is not a single token of this tokenizer", unknown_language_tag),
 ]
@@ -350,6 +378,11 @@ Some inputs can only be judged once `train()` is called; they are refused there,
 | a checkpoint already at `max_steps` | `Checkpoint … is already at step 5 and max_steps is 5: nothing is left to train …` | `test_resume.py::test_resume_from_a_checkpoint_at_max_steps_is_refused_before_any_step` |
 | a dynamic strategy trained by epochs whose run is shorter than `update_every` | `update_every=1000 >= max_steps=N (the steps this run trains): strategy 'multiuat' would never re-balance …` | `test_resume.py::test_dynamic_strategy_that_would_never_update_is_refused_before_the_first_step` |
 
+`uat-train` also refuses, before reading any data, an `output_dir` that is an existing file (`output_dir '…/results.txt'
+cannot be created as a directory: '…/results.txt' is a file …`; `test_cli_inputs.py`), and a model, tokenizer or
+recipe given as a Hub id that cannot be loaded offline (`could not load model 'org/name' from the Hugging Face
+Hub: offline mode is on …`; `test_cli_inputs.py`).
+
 A torn last line in `balancing_history.jsonl` (a run killed while writing it) is dropped on resume, with a
 warning, rather than refused.
 
@@ -370,8 +403,13 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _doc_row(case: Case, error: Exception) -> str:
-    return f"| `{case.id}` | {_cell(case.bad_input)} | `{case.raised_by}` | `{type(error).__name__}` | `{_cell(str(error))}` |"
+def _portable(message: str, env: Env) -> str:
+    """The message with this run's temporary folder and working directory written as <tmp> and <cwd>."""
+    return message.replace(str(env.tmp), "<tmp>").replace(os.getcwd(), "<cwd>")
+
+
+def _doc_row(case: Case, message: str, error: Exception) -> str:
+    return f"| `{case.id}` | {_cell(case.bad_input)} | `{case.raised_by}` | `{type(error).__name__}` | `{_cell(message)}` |"
 
 
 def _doc_messages() -> dict[str, str]:
@@ -406,9 +444,9 @@ def test_cases_are_unique():
 def test_bad_input_is_refused_with_a_named_culprit(case: Case, env: Env, doc_rows: dict):
     with pytest.raises(case.error) as raised:
         case.make(env)
-    message = str(raised.value)
+    message = _portable(str(raised.value), env)
     assert case.fragment in message
-    doc_rows[case.id] = _doc_row(case, raised.value)
+    doc_rows[case.id] = _doc_row(case, message, raised.value)
     if not WRITE_DOC:
         documented = _doc_messages()
         assert case.id in documented, f"{case.id} is missing from {DOC}; regenerate it (see this module's docstring)"
