@@ -32,6 +32,7 @@ from uat_hf.callback import STATE_FILE, CorpusBalancingCallback
 from uat_hf.corpora import CorpusSpec, corpus_specs_from_directory, load_corpora
 from uat_hf.presets import build_model
 from uat_hf.sampler import CorpusBatchSampler
+from uat_hf.scorer import RELEASED_FIT_TOLERANCE
 from uat_hf.tokenization import train_joint_tokenizer
 from uat_hf.uat_config import UATConfig
 from uat_hf.uat_trainer import UATTrainer
@@ -230,6 +231,10 @@ CASES: list[Case] = [
     Case("s-not-below-max-steps", "`--strategy multiuat --update_every 1000 --max_steps 20`", "command line",
          "update_every=1000 >= max_steps=20: strategy 'multiuat' would never re-balance",
          lambda e: parse(e, "--strategy", "multiuat", "--update_every", "1000", "--max_steps", "20")),
+    Case("prior-fit-unknown", "`scorer_prior_fit=\"warm\"`", "UATConfig", "scorer_prior_fit must be one of released, exact",
+         lambda e: config(e, scorer_prior_fit="warm")),
+    Case("scorer-lr-zero-released", "`strategy=\"multiuat\", scorer_lr=0` (with the default released prior fit)", "UATConfig",
+         "scorer_lr=0 cannot fit the scorer to its prior", lambda e: config(e, strategy="multiuat", scorer_lr=0.0)),
     Case("k-zero", "`mc_samples=0` (K)", "UATConfig", "mc_samples must be >= 1, got 0", lambda e: config(e, mc_samples=0)),
     Case("s-zero", "`update_every=0` (S)", "UATConfig", "update_every must be >= 1, got 0", lambda e: config(e, update_every=0)),
     Case("s-negative", "`--update_every -5` (S)", "command line", "update_every must be >= 1, got -5",
@@ -482,9 +487,14 @@ def test_static_strategy_samples_with_the_given_probabilities(env: Env):
 @pytest.mark.parametrize("strategy", ["multiuat", "multidds-s"])
 def test_dynamic_strategy_starts_its_scorer_from_the_given_probabilities(env: Env, strategy: str):
     t = trainer(env, strategy=strategy, measure="exptp", corpus_probabilities={"news": 0.2, "law": 0.8})
-    np.testing.assert_allclose(t.balancing.scorer.prior, [0.2, 0.8])
-    np.testing.assert_allclose(t.balancing.scorer.probabilities, [0.2, 0.8], atol=1e-9)
-    np.testing.assert_allclose(t.corpus_sampler.probabilities, [0.2, 0.8], atol=1e-9)
+    np.testing.assert_array_equal(t.balancing.scorer.prior, [0.2, 0.8])
+    np.testing.assert_array_equal(t.corpus_sampler.probabilities, [0.2, 0.8])  # sampled with until the first update
+    # The authors' prior fit (the default) stops at MSE(softmax(ψ), q) <= 1e-8; prior_fit="exact" hits q itself.
+    assert np.mean((t.balancing.scorer.probabilities - [0.2, 0.8]) ** 2) <= RELEASED_FIT_TOLERANCE
+    exact = trainer(env, strategy=strategy, measure="exptp", corpus_probabilities={"news": 0.2, "law": 0.8},
+                    scorer_prior_fit="exact")
+    np.testing.assert_allclose(exact.balancing.scorer.probabilities, [0.2, 0.8], atol=1e-12)
+    assert (t.balancing.scorer.state_dict()["prior_fit"], exact.balancing.scorer.state_dict()["prior_fit"]) == ("released", "exact")
 
 
 # --- safe loading

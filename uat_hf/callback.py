@@ -78,6 +78,7 @@ class CorpusBalancingCallback(TrainerCallback):
         dev_batch_tokens: target tokens drawn per dev corpus at each update.
         sub_batch_tokens: padded-token cap of one forward pass during measurement.
         scorer_lr, scorer_steps: Adam settings of ψ.
+        scorer_prior_fit: how ψ starts (:data:`~uat_hf.scorer.PRIOR_FITS`).
         prior_temperature: τ of the prior ψ starts from.
         initial_probabilities: hand-given distribution over ``sampler.names`` that ψ starts from instead of the
             τ prior (every entry > 0).
@@ -104,6 +105,7 @@ class CorpusBalancingCallback(TrainerCallback):
         sub_batch_tokens: int = 4096,
         scorer_lr: float = 1e-4,
         scorer_steps: int = 200,
+        scorer_prior_fit: str = "released",
         prior_temperature: float = 1.0,
         initial_probabilities: Sequence[float] | None = None,
         seed: int = 0,
@@ -145,8 +147,10 @@ class CorpusBalancingCallback(TrainerCallback):
                 prior = np.asarray(initial_probabilities, dtype=np.float64)
             else:
                 prior = temperature_prior(sampler.sizes, prior_temperature)
-            self.scorer = CorpusScorer(sampler.names, prior, lr=scorer_lr, steps=scorer_steps)
-            sampler.set_probabilities(self.scorer.probabilities)
+            self.scorer = CorpusScorer(sampler.names, prior, lr=scorer_lr, steps=scorer_steps, prior_fit=scorer_prior_fit)
+            # Until the first update, batches follow the prior itself, as in the authors' code (the fitted ψ only
+            # approximates it and takes over at the first update).
+            sampler.set_probabilities(self.scorer.prior)
             self._dev_lengths = {n: _target_lengths(self.dev_corpora[n]) for n in sampler.names}
             self._train_lengths = (
                 {n: example_lengths(self.train_corpora[n]) for n in sampler.names} if reward.needs_train_batches else {}
@@ -202,12 +206,9 @@ class CorpusBalancingCallback(TrainerCallback):
     def update(self, model: torch.nn.Module, step: int, output_dir: str | None = None, *, is_world_process_zero: bool = True) -> dict | None:
         """One balancing update: measure every corpus, update ψ, set the sampler's p. Returns the record."""
         start = time.perf_counter()
-        dev_batches = self.dev_batches()
-        train_batches = None
-        if self.reward.needs_train_batches:
-            train_batches = [self._token_batches(self.train_corpora[n], self._train_lengths[n], self.train_batch_tokens, i, 1)
-                             for i, n in enumerate(self.sampler.names)]
         process_index, num_processes = self._shard()
+        dev_batches = self.dev_batches()
+        train_batches = self._train_batches(process_index, num_processes) if self.reward.needs_train_batches else None
         seed = self.dropout_seed(process_index)
         with self._training_precision():
             shares = self.reward.compute(model, dev_batches, train_batches, process_index=process_index,
@@ -246,12 +247,26 @@ class CorpusBalancingCallback(TrainerCallback):
         return [self._token_batches(self.dev_corpora[n], self._dev_lengths[n], self.dev_batch_tokens, i, 0)
                 for i, n in enumerate(self.sampler.names)]
 
+    def _train_batches(self, process_index: int, num_processes: int) -> list:
+        """Fresh train batches: one per corpus, or with a per-pair reward ``[i][j]`` for dev corpus i and train
+        corpus j (only the pairs this rank computes are drawn; the others are ``None``)."""
+        names = self.sampler.names
+
+        def draw(j: int, key: int | tuple[int, int], purpose: int) -> list[dict]:
+            n = names[j]
+            return self._token_batches(self.train_corpora[n], self._train_lengths[n], self.train_batch_tokens, key, purpose)
+
+        if not getattr(self.reward, "per_pair_train_batches", False):
+            return [draw(j, j, 1) for j in range(len(names))]
+        return [[draw(j, (i, j), 2) if j % num_processes == process_index else None for j in range(len(names))]
+                for i in range(len(names))]
+
     def dropout_seed(self, process_index: int = 0) -> int:
         """Seed of this rank's MC-dropout masks (or gradient-cosine dropout) for the next update."""
         return int(np.random.SeedSequence([self.seed, self.update_count, process_index]).generate_state(1)[0])
 
-    def _token_batches(self, dataset, lengths: np.ndarray, tokens: int, corpus: int, purpose: int) -> list[dict]:
-        rng = np.random.default_rng([self.seed, self.update_count, purpose, corpus])
+    def _token_batches(self, dataset, lengths: np.ndarray, tokens: int, corpus: int | Sequence[int], purpose: int) -> list[dict]:
+        rng = np.random.default_rng([self.seed, self.update_count, purpose, *np.atleast_1d(corpus).tolist()])
         chosen = draw_token_batch(lengths, tokens, rng)
         return [self.collate_fn(_rows(dataset, chunk)) for chunk in split_by_tokens(chosen, lengths, self.sub_batch_tokens)]
 

@@ -14,6 +14,7 @@ from transformers import Seq2SeqTrainingArguments
 
 from .measures import MEASURES, RELEASED_CODE_MEASURES
 from .priors import STATIC_TEMPERATURES, check_corpus_probabilities
+from .scorer import PRIOR_FITS
 
 #: Static strategies: p is fixed for the whole run. ``fixed`` samples with the hand-given corpus_probabilities.
 STATIC_STRATEGIES = tuple(STATIC_TEMPERATURES) + ("fixed",)
@@ -82,6 +83,14 @@ class UATConfig(Seq2SeqTrainingArguments):
     update_every: int = field(default=1000, metadata={"help": "S, optimizer steps between two balancing updates."})
     scorer_lr: float = field(default=1e-4, metadata={"help": "Adam learning rate of the corpus scorer ψ."})
     scorer_steps: int = field(default=200, metadata={"help": "Adam steps on the scorer per balancing update."})
+    scorer_prior_fit: str = field(
+        default="released",
+        metadata={
+            "help": "How ψ starts: 'released' fits it to the prior from uniform with the scorer's own Adam, which then "
+            "serves every update (the authors' code: its early updates move p several times farther); 'exact' starts "
+            "at ψ = log q with a fresh Adam."
+        },
+    )
     dev_batch_tokens: int = field(
         default=1024, metadata={"help": "Target tokens of the dev batch drawn per corpus at each update."}
     )
@@ -94,6 +103,16 @@ class UATConfig(Seq2SeqTrainingArguments):
     )
     dds_train_batch_tokens: int = field(
         default=1024, metadata={"help": "MultiDDS-S: target tokens of the fresh train batch per corpus."}
+    )
+    dds_dropout: bool = field(
+        default=False,
+        metadata={"help": "MultiDDS-S: take the gradients with dropout on, as multiDDS does (default: eval mode, as "
+                  "MultiUAT's baseline)."},
+    )
+    dds_per_pair_train_batches: bool = field(
+        default=False,
+        metadata={"help": "MultiDDS-S: a fresh train batch for every (dev, train) corpus pair, as both reference codes "
+                  "(N + N² gradient passes per update instead of 2N; see docs/multidds.md)."},
     )
     allow_inexact_resume: bool = field(
         default=False,
@@ -137,6 +156,13 @@ class UATConfig(Seq2SeqTrainingArguments):
             raise ValueError(f"max_tokens must be >= 1 or unset, got {self.max_tokens}.")
         if not self.scorer_lr >= 0:  # also rejects NaN
             raise ValueError(f"scorer_lr must be >= 0, got {self.scorer_lr}.")
+        if self.scorer_prior_fit not in PRIOR_FITS:
+            raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got {self.scorer_prior_fit!r}.")
+        if self.is_dynamic and self.scorer_lr == 0 and self.scorer_prior_fit == "released":
+            raise ValueError(
+                "scorer_lr=0 cannot fit the scorer to its prior (scorer_prior_fit='released' uses the scorer's Adam); "
+                "use scorer_prior_fit='exact' for a scorer that stays at its prior, or a static strategy."
+            )
         if self.mc_batch_mode not in MC_BATCH_MODES:
             raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")
         if self.is_dynamic and self.max_steps > 0 and self.update_every >= self.max_steps:

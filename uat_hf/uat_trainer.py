@@ -184,6 +184,7 @@ class UATTrainer(Seq2SeqTrainer):
             train_batch_tokens=args.dds_train_batch_tokens,
             scorer_lr=args.scorer_lr,
             scorer_steps=args.scorer_steps,
+            scorer_prior_fit=args.scorer_prior_fit,
             prior_temperature=args.effective_prior_temperature,
             initial_probabilities=initial_probabilities,
             seed=seed,
@@ -205,7 +206,10 @@ class UATTrainer(Seq2SeqTrainer):
         if args.strategy == "multidds-s":
             from .gradient_cosine import GradientCosineReward
 
-            return GradientCosineReward()
+            return GradientCosineReward(
+                dropout=args.dds_dropout, label_smoothing=args.label_smoothing_factor,
+                per_pair_train_batches=args.dds_per_pair_train_batches,
+            )
         return None
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
