@@ -220,7 +220,7 @@ def test_passes_run_in_the_training_precision(tmp_path, corpora, tokenizer, tiny
     pass costs several times a bf16 one), and the rewards must stay what float32 measures, up to bf16 rounding."""
     args = UATConfig(
         output_dir=str(tmp_path / "out"), strategy="multiuat", measure="entsent", mc_samples=2, update_every=100,
-        max_steps=1, max_tokens=400, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, bf16=bf16,
+        max_steps=200, max_tokens=400, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, bf16=bf16,
     )
     trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
                          processing_class=tokenizer)
