@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from conftest import MULTIDOMAIN
 from uat_hf.cli.evaluate import main as evaluate_main
@@ -38,28 +39,29 @@ def model_dir(tmp_path_factory, tokenizer):
 
 
 def run_cli(*argv):
-    """uat-evaluate with ``argv``; returns the JSON it wrote to --output."""
+    """uat-evaluate with ``argv``; returns the JSON it wrote to OUTPUT_DIR/results.json."""
     evaluate_main([str(a) for a in argv])
-    return json.loads(Path(argv[argv.index("--output") + 1]).read_text())
+    return json.loads((Path(argv[argv.index("--output_dir") + 1]) / "results.json").read_text())
 
 
-def cli_args(model_dir, output, *extra):
+def cli_args(model_dir, output_dir, *extra):
     return [
-        str(model_dir), "--corpus-dir", "bundled:multidomain-en-de", "--source-lang", "en", "--target-lang", "de",
-        "--corpora", "bible", "software", "--ood-corpora", "dictionary", "--max-sentences", str(SENTENCES),
-        "--max-new-tokens", "6", "--num-beams", "1", "--output", str(output), *extra,
+        str(model_dir), "--corpus_dir", "bundled:multidomain-en-de", "--source_lang", "en", "--target_lang", "de",
+        "--corpora", "bible", "software", "--ood_corpora", "dictionary", "--max_eval_examples", str(SENTENCES),
+        "--max_new_tokens", "6", "--generation_num_beams", "1", "--output_dir", str(output_dir), *extra,
     ]
 
 
 @pytest.fixture(scope="module")
 def first_run(model_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("eval") / "results.json"
+    out = tmp_path_factory.mktemp("eval")
     return run_cli(*cli_args(model_dir, out)), out
 
 
 def test_cli_writes_the_table_json_and_hypotheses(first_run, model_dir, tmp_path, capsys):
     _, first_output = first_run
-    output = tmp_path / "eval" / "results.json"
+    output = tmp_path / "eval"
+    # The dashed spellings of the same names work too, as with HfArgumentParser everywhere.
     results = run_cli(*cli_args(model_dir, output, "--hypotheses-dir", str(tmp_path / "hyps")))
     printed = capsys.readouterr().out
     assert "mean" in printed and "out-of-domain" in printed and "BLEU: nrefs:1" in printed
@@ -73,14 +75,14 @@ def test_cli_writes_the_table_json_and_hypotheses(first_run, model_dir, tmp_path
         lines = (tmp_path / "hyps" / f"{name}.txt").read_text().splitlines()
         assert len(lines) == SENTENCES
         # Greedy decoding is deterministic: the same model gives the same outputs run after run.
-        assert lines == read_hypotheses(first_output.parent / "hypotheses", name)
+        assert lines == read_hypotheses(first_output / "hypotheses", name)
     assert "significance" not in results
 
 
 def test_system_against_itself_is_not_significant(first_run, model_dir, tmp_path):
     _, first_output = first_run
-    results = run_cli(*cli_args(model_dir, tmp_path / "r.json", "--compare", first_output.parent / "hypotheses",
-                                "--significance-samples", "200"))
+    results = run_cli(*cli_args(model_dir, tmp_path / "r", "--compare", first_output / "hypotheses",
+                                "--significance_samples", "200"))
     significance = results["significance"]
     assert significance["test"] == "bs" and "bs:200|seed:12345" in significance["signatures"]["bleu"]
     for name in ("bible", "software", "dictionary"):
@@ -95,8 +97,8 @@ def test_system_against_the_references_is_significant(first_run, model_dir, tmp_
     specs = eval_set_specs(MULTIDOMAIN, "test", source_lang="en", target_lang="de", corpora=["bible", "software", "dictionary"])
     for name, eval_set in load_eval_sets(specs, max_sentences=SENTENCES).items():
         write_hypotheses(tmp_path / "refs", name, eval_set.references)
-    results = run_cli(*cli_args(model_dir, tmp_path / "r.json", "--compare", tmp_path / "refs",
-                                "--significance-test", test, "--significance-samples", "200"))
+    results = run_cli(*cli_args(model_dir, tmp_path / "r", "--compare", tmp_path / "refs",
+                                "--significance_test", test, "--significance_samples", "200"))
     for name, metrics in results["significance"]["corpora"].items():
         for metric in ("bleu", "chrf"):
             assert metrics[metric]["baseline"] == pytest.approx(100.0)
@@ -144,19 +146,70 @@ def test_test_set_specs_follow_the_direction_and_need_only_the_split(tmp_path):
 
 def test_errors_tell_the_user_what_to_do(first_run, model_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        evaluate_main(cli_args(tmp_path / "no-such-model", tmp_path / "r.json"))
+        evaluate_main(cli_args(tmp_path / "no-such-model", tmp_path / "r"))
     assert exit_info.value.code == 2
     assert "neither a model directory" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        evaluate_main([str(model_dir), "--corpus-dir", "bundled:nope", "--source-lang", "en", "--target-lang", "de"])
+        evaluate_main([str(model_dir), "--corpus_dir", "bundled:nope", "--source_lang", "en", "--target_lang", "de"])
     assert "available" in capsys.readouterr().err
     (tmp_path / "short").mkdir()
     (tmp_path / "short" / "bible.txt").write_text("only one line\n")
     with pytest.raises(ValueError, match="has 1 lines but the 'bible' test set has 5"):
         read_hypotheses(tmp_path / "short", "bible", expected=5)
     with pytest.raises(SystemExit):
-        evaluate_main(cli_args(model_dir, tmp_path / "r.json", "--compare", str(tmp_path / "short")))
+        evaluate_main(cli_args(model_dir, tmp_path / "r", "--compare", str(tmp_path / "short")))
     assert "has 1 lines but the 'bible' test set has 5 sentences" in capsys.readouterr().err
-    assert not (tmp_path / "hypotheses").exists()  # failed before translating anything
+    assert not (tmp_path / "r" / "hypotheses").exists()  # failed before translating anything
     with pytest.raises(FileNotFoundError, match="software.txt"):
         read_hypotheses(tmp_path / "short", "software")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # The argparse version's renamed flags are gone (a clean break), abbreviations are not guessed.
+        (["--max-sentences", "5"], "unrecognized arguments: --max-sentences 5"),
+        (["--num-beams", "2"], "unrecognized arguments: --num-beams 2"),
+        (["--split", "dev"], "unrecognized arguments: --split dev"),
+        (["--output", "x.json"], "unrecognized arguments: --output x.json"),
+        (["--eval_split", "train"], "argument --eval_split/--eval-split: invalid choice: 'train'"),
+        (["--generation_num_beams", "two"], "argument --generation_num_beams/--generation-num-beams: invalid int"),
+        (["--max_eval_examples", "0"], "max_eval_examples must be a positive integer"),
+        (["--alpha", "1.5"], "alpha must be in (0, 1)"),
+        (["--model_name_or_path", "other"], "model_name_or_path given twice: 'MODEL' first"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_field(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate_main(["MODEL", "--corpus_dir", str(tmp_path), "--source_lang", "en", "--target_lang", "de", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "uat-evaluate: error: " in err and message in err
+
+
+def test_missing_model_or_corpus_dir_says_how_to_give_it(tmp_path, capsys):
+    for argv, message in ((["--corpus_dir", str(tmp_path)], "model_name_or_path is missing"),
+                          (["MODEL"], "corpus_dir is missing")):
+        with pytest.raises(SystemExit) as exit_info:
+            evaluate_main(argv)
+        assert exit_info.value.code == 2 and f"uat-evaluate: error: {message}" in capsys.readouterr().err
+
+
+def test_a_uat_train_recipe_gives_the_test_sets_and_generation(model_dir, tmp_path):
+    """--config takes corpus_dir, languages, corpora, generation settings ... of a uat-train recipe; the
+    command line wins, and the recipe's training fields, model and output_dir are not used."""
+    recipe = {
+        "corpus_dir": "bundled:multidomain-en-de", "source_lang": "en", "target_lang": "de",
+        "corpora": ["bible", "dictionary"], "generation_max_length": 5, "generation_num_beams": 1,
+        "max_eval_examples": 2, "strategy": "multiuat", "learning_rate": "1e-3", "model_name_or_path": "small",
+        "output_dir": str(tmp_path / "train-run"),
+    }
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    results = run_cli(model_dir, "--config", tmp_path / "recipe.yaml", "--corpora", "software",
+                      "--max_eval_examples", str(SENTENCES), "--output_dir", tmp_path / "eval")
+    assert results["model"] == str(model_dir) and list(results["scores"]) == ["software"]
+    assert results["sentences"] == {"software": SENTENCES}
+    assert results["generation"]["max_length"] == 5 and results["generation"]["num_beams"] == 1
+    assert not (tmp_path / "train-run").exists()
+    for name in ("software",):
+        assert all(len(line.split()) <= 5 for line in read_hypotheses(tmp_path / "eval" / "hypotheses", name))

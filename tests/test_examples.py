@@ -65,10 +65,10 @@ def test_training_script_runs_under_accelerate_launch(tmp_path):
 
     # What the script saved is what uat-evaluate loads.
     evaluate_main([
-        str(out), "--corpus-dir", "bundled:multidomain-en-de", "--source-lang", "en", "--target-lang", "de",
-        "--corpora", "bible", "--max-sentences", "3", "--max-new-tokens", "4", "--output", str(tmp_path / "eval.json"),
+        str(out), "--corpus_dir", "bundled:multidomain-en-de", "--source_lang", "en", "--target_lang", "de",
+        "--corpora", "bible", "--max_eval_examples", "3", "--max_new_tokens", "4", "--output_dir", str(tmp_path / "eval"),
     ])
-    results = json.loads((tmp_path / "eval.json").read_text())
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert set(results["scores"]) == {"bible"} and results["sentences"] == {"bible": 3}
 
 

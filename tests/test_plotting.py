@@ -104,14 +104,31 @@ def test_missing_or_empty_history_says_what_to_do(tmp_path):
 
 def test_cli_writes_the_plots_and_reports_errors(tmp_path, capsys):
     run = write_history(tmp_path / "run", [record(s, [0.4, 0.3, 0.3], cosine=np.eye(3)) for s in (5, 10)])
-    plot_main([str(run), "--out", str(tmp_path / "out")])
+    plot_main([str(run), "--plot_dir", str(tmp_path / "out")])
     written = capsys.readouterr().out.split()
     assert [Path(p).name for p in written] == [PROBABILITIES_PNG, REWARDS_PNG, COSINE_PNG]
     assert all(Path(p).parent == tmp_path / "out" and Path(p).is_file() for p in written)
+    # The run directory by name, as uat-train calls it; PNGs go beside the history by default.
+    plot_main(["--output_dir", str(run)])
+    assert [Path(p).parent for p in capsys.readouterr().out.split()] == [run] * 3
     with pytest.raises(SystemExit) as exit_info:
         plot_main([str(tmp_path / "empty")])
     assert exit_info.value.code == 2
     assert "uat-plot: error: No balancing history" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "uat-plot: error: output_dir is missing"),
+        (["run", "--out", "x"], "uat-plot: error: unrecognized arguments: --out x"),  # now --plot_dir
+        (["run", "--output_dir", "other"], "uat-plot: error: output_dir given twice"),
+    ],
+)
+def test_cli_argument_errors_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        plot_main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_real_multidds_run_plots_its_cosine_heatmap(tmp_path, corpora, tokenizer, tiny_model):

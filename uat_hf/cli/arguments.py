@@ -1,9 +1,11 @@
 """Command-line / recipe arguments for data and model, beside :class:`~uat_hf.uat_config.UATConfig`.
 
-``uat-train`` parses three dataclasses with ``HfArgumentParser``: ``UATConfig`` (training + balancing),
-:class:`DataArguments` (which corpora, how they are cleaned, what is evaluated) and :class:`ModelArguments`
-(model preset or checkpoint, tokenizer). A recipe (``recipe.yaml``) is one flat mapping of the fields of
-all three; every field can also be given on the command line (``--field value``), which beats the recipe.
+``uat-train`` parses these dataclasses with ``HfArgumentParser`` (see :mod:`uat_hf.cli.parsing`):
+``UATConfig`` (training + balancing), :class:`DataArguments` (which corpora, how they are cleaned, what is
+evaluated), :class:`ModelArguments` (model preset or checkpoint, tokenizer) and :class:`RunArguments`. A
+recipe (``recipe.yaml``) is one flat mapping of their fields; every field can also be given on the command
+line (``--field value``), which beats the recipe. ``uat-evaluate`` and ``uat-plot`` use the same names for
+the same concepts (:mod:`uat_hf.cli.tool_arguments`).
 
 Field values are checked in ``__post_init__`` so that a bad recipe fails before any data is read, with a
 message that names the field and the value.
@@ -26,9 +28,6 @@ __all__ = [
     "DataArguments",
     "ModelArguments",
     "RunArguments",
-    "argument_classes",
-    "make_parser",
-    "parse_recipe_and_args",
     "resolve_bundled",
 ]
 
@@ -390,116 +389,18 @@ class RunArguments:
             raise ValueError(f"max_train_minutes must be > 0 (or unset), got {self.max_train_minutes!r}.")
 
 
-# --- parsing: recipe mapping + command line → dataclasses ------------------------------------------------
+# --- parsing moved to .parsing; the old import paths keep working --------------------------------------
 
-CONFIG_FLAG = "--config"
-
-
-def make_parser(prog: str | None = "uat-train"):
-    """``HfArgumentParser`` over ``(UATConfig, DataArguments, ModelArguments, RunArguments)`` plus ``--config``."""
-    from transformers import HfArgumentParser
-
-    from ..uat_config import UATConfig
-
-    parser = HfArgumentParser(
-        argument_classes(),
-        prog=prog,
-        usage="%(prog)s [--config RECIPE] [--FIELD VALUE ...]   (uat-train --help lists every field)",
-        description="Train one translation model on several corpora with corpus balancing (MultiUAT and baselines), "
-        "evaluate it per corpus, and save model, tokenizer, scores and the effective recipe to output_dir.",
-        epilog="Values come from the recipe given with --config, then from the command line (which wins).",
-    )
-    parser.add_argument(
-        CONFIG_FLAG,
-        default=None,
-        help="A recipe: a YAML file, a directory holding recipe.yaml, or a Hub repo id (org/name) with recipe.yaml.",
-    )
-    return parser
+_MOVED_TO_PARSING = (
+    "CONFIG_FLAG", "argument_classes", "check_recipe_keys", "field_names", "make_parser", "parse_recipe_and_args",
+    "to_plain",
+)
 
 
-def argument_classes() -> tuple[type, ...]:
-    """The dataclasses a recipe fills, in order: UATConfig, DataArguments, ModelArguments, RunArguments."""
-    from ..uat_config import UATConfig
+def __getattr__(name: str) -> Any:
+    """``from uat_hf.cli.arguments import make_parser`` (and the other parsing helpers) still works."""
+    if name in _MOVED_TO_PARSING:
+        from . import parsing
 
-    return (UATConfig, DataArguments, ModelArguments, RunArguments)
-
-
-def field_names() -> dict[str, str]:
-    """Every recipe field → the dataclass that owns it."""
-    owners = {}
-    for dtype in argument_classes():
-        for f in fields(dtype):
-            if f.init:
-                owners[f.name] = dtype.__name__
-    return owners
-
-
-def check_recipe_keys(mapping: dict[str, Any], source: str = "recipe") -> None:
-    """Raise ``ValueError`` naming every key that is no field of the three dataclasses."""
-    import difflib
-
-    known = field_names()
-    unknown = [key for key in mapping if key not in known]
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ValueError(
-            f"Unknown field(s) in {source}: {', '.join(hints)}. A recipe is a flat mapping of UATConfig, "
-            "DataArguments, ModelArguments and RunArguments fields (see uat-train --help)."
-        )
-
-
-def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str] | None = None, *, source: str = "recipe"):
-    """Recipe values, then command-line overrides → ``(UATConfig, DataArguments, ModelArguments, RunArguments,
-    effective)``.
-
-    The recipe's values become the parser's defaults, so the command line beats them and string values
-    in the recipe (e.g. ``1e-3``, which YAML reads as a string) are converted exactly like command-line
-    values. ``effective`` is the flat mapping of what was set (recipe keys plus fields that differ from
-    the defaults), in plain YAML types: the recipe this run actually used. ``--config`` in ``argv`` is
-    ignored here (the caller loads it into ``mapping``).
-    """
-    mapping = dict(mapping or {})
-    check_recipe_keys(mapping, source)
-    parser = make_parser()
-    base_defaults = {action.dest: action.default for action in parser._actions}
-    parser.set_defaults(**mapping)
-    namespace, remaining = parser.parse_known_args(args=[] if argv is None else list(argv))
-    if remaining:
-        raise ValueError(f"Unrecognised command-line arguments: {remaining} (see uat-train --help).")
-    values = vars(namespace)
-    values.pop("config", None)
-    outputs = []
-    for dtype in argument_classes():
-        keys = {f.name for f in fields(dtype) if f.init}
-        outputs.append(dtype(**{k: v for k, v in values.items() if k in keys}))
-    effective = {
-        key: to_plain(value)
-        for key, value in values.items()
-        if key in mapping or not _same(value, base_defaults.get(key))
-    }
-    return (*outputs, effective)
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b) or to_plain(a) == to_plain(b)
-    except Exception:  # noqa: BLE001 - odd types: treat as changed
-        return False
-
-
-def to_plain(value: Any) -> Any:
-    """A value in plain YAML types (enums → their value, tuples → lists, paths → strings)."""
-    from enum import Enum
-
-    if isinstance(value, Enum):
-        return to_plain(value.value)
-    if isinstance(value, (list, tuple)):
-        return [to_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+        return getattr(parsing, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

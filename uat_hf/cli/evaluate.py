@@ -3,17 +3,24 @@
 Example (a UATTrainer output dir evaluated on the bundled multi-domain test sets, one domain held out as
 out-of-domain, compared with a baseline evaluated the same way before)::
 
-    uat-evaluate runs/multiuat --corpus-dir bundled:multidomain-en-de --source-lang en --target-lang de \\
-        --corpora software descriptions bible --ood-corpora dictionary \\
-        --output runs/multiuat/eval/results.json --compare runs/proportional/eval/hypotheses
+    uat-evaluate runs/multiuat --corpus_dir bundled:multidomain-en-de --source_lang en --target_lang de \\
+        --corpora software descriptions bible --ood_corpora dictionary \\
+        --output_dir runs/multiuat/eval --compare runs/proportional/eval/hypotheses
 
-The JSON holds the scores per corpus, their unweighted mean, the sacreBLEU signatures, the generation
-settings and (with ``--compare``) a p-value per corpus and metric.
+    uat-evaluate runs/multiuat --config runs/multiuat --output_dir runs/multiuat/eval   # the run's own test sets
+
+Flags are ``uat-train``'s field names (:mod:`uat_hf.cli.tool_arguments`); ``--field-name`` spellings of the
+same names work too. Renamed from the argparse version (a clean break, the old flags are errors now):
+``--max-sentences`` → ``--max_eval_examples``, ``--num-beams`` → ``--generation_num_beams``, ``--tags`` →
+``--language_tags``, ``--split`` → ``--eval_split``, ``--batch-size`` → ``--per_device_eval_batch_size``,
+``--tokenizer`` → ``--tokenizer_name_or_path``, ``--output FILE`` → ``--output_dir DIR`` (results.json in it).
+
+``OUTPUT_DIR/results.json`` holds the scores per corpus, their unweighted mean, the sacreBLEU signatures, the
+generation settings and (with ``--compare``) a p-value per corpus and metric.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -22,9 +29,8 @@ from typing import Any, Sequence
 
 import datasets
 
-from ..corpora import DIRECTIONS, corpus_tags
+from ..corpora import corpus_tags
 from ..evaluation import (
-    SIGNIFICANCE_TESTS,
     EvalSet,
     eval_set_specs,
     load_eval_sets,
@@ -37,66 +43,33 @@ from ..evaluation import (
 )
 from ..metrics import format_table, macro_average
 from ..tokenization import check_tags_in_vocab
-from .arguments import resolve_bundled
+from .tool_arguments import EVALUATE_RECIPE_FIELDS, EvaluateArguments, make_evaluate_parser, parse_tool_arguments
 
 logger = logging.getLogger(__name__)
 
+RESULTS_FILE = "results.json"
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="uat-evaluate",
-        description="Translate named test sets with a saved seq2seq model and report BLEU/chrF per corpus with "
-        "their mean; optionally test the difference to another system's hypotheses for significance.",
-    )
-    parser.add_argument("model", help="model directory (save_pretrained / trainer.save_model output) or Hub id org/name")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer directory or Hub id (default: MODEL)")
-    data = parser.add_argument_group("test sets")
-    data.add_argument("--corpus-dir", required=True,
-                      help="directory of NAME.{train,dev,test}.jsonl.gz files; 'bundled:multidomain-en-de' or "
-                      "'bundled:multilingual-ddtp' name the samples shipped with uat_hf")
-    data.add_argument("--corpora", nargs="+", default=None, help="NAMEs to evaluate, in this order (default: all)")
-    data.add_argument("--ood-corpora", nargs="+", default=None,
-                      help="out-of-domain NAMEs, reported in a separate table with their own mean")
-    data.add_argument("--ood-corpus-dir", default=None, help="where the out-of-domain sets are (default: --corpus-dir)")
-    data.add_argument("--split", default="test", choices=("dev", "test"), help="which split to translate (default: test)")
-    data.add_argument("--direction", default="multi-domain", choices=sorted(DIRECTIONS),
-                      help="how NAMEs map to language pairs (default: multi-domain)")
-    data.add_argument("--source-lang", default=None, help="source language (multi-domain, one-to-many)")
-    data.add_argument("--target-lang", default=None, help="target language (multi-domain, many-to-one)")
-    data.add_argument("--tags", default="auto", choices=("auto", "target", "none"),
-                      help="target-language tags on the source, as in training (default: auto)")
-    data.add_argument("--max-sentences", type=int, default=None, help="first N pairs of each set only (quick checks)")
-    generation = parser.add_argument_group("generation")
-    generation.add_argument("--batch-size", type=int, default=32, help="sentences per generate() call (default: 32)")
-    generation.add_argument("--num-beams", type=int, default=None, help="beam size (default: the model's generation config)")
-    generation.add_argument("--max-new-tokens", type=int, default=None,
-                            help="longest translation in tokens (default: the model's generation config)")
-    generation.add_argument("--max-source-length", type=int, default=None,
-                            help="truncate sources to this many tokens (default and cap: the model's maximum)")
-    generation.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    scoring = parser.add_argument_group("scoring and output")
-    scoring.add_argument("--bleu-tokenize", default="13a", help="sacreBLEU tokenizer (13a; zh, ja-mecab, char ... for CJK)")
-    scoring.add_argument("--output", default="uat-eval/results.json", help="results JSON (default: uat-eval/results.json)")
-    scoring.add_argument("--hypotheses-dir", default=None,
-                         help="folder for <corpus>.txt hypothesis files (default: 'hypotheses' beside --output)")
-    significance = parser.add_argument_group("significance against another system")
-    significance.add_argument("--compare", default=None,
-                              help="the baseline's hypotheses folder (<corpus>.txt, one line per sentence), e.g. the "
-                              "--hypotheses-dir of an earlier uat-evaluate run")
-    significance.add_argument("--significance-test", default="bs", choices=SIGNIFICANCE_TESTS,
-                              help="bs: paired bootstrap resampling; ar: approximate randomization (default: bs)")
-    significance.add_argument("--significance-samples", type=int, default=0,
-                              help="resamples / trials (default: sacrebleu's, 1000 for bs, 10000 for ar)")
-    significance.add_argument("--seed", type=int, default=12345, help="seed of the resampling (positive; default 12345)")
-    significance.add_argument("--alpha", type=float, default=0.05, help="significance level for the * mark (default 0.05)")
-    return parser
+
+def build_parser():
+    """The ``HfArgumentParser`` of ``uat-evaluate`` (:func:`uat_hf.cli.tool_arguments.make_evaluate_parser`)."""
+    return make_evaluate_parser()
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> EvaluateArguments:
+    """``argv`` (an optional MODEL first, ``--config RECIPE``, ``--field value`` ...) → :class:`EvaluateArguments`."""
+    return parse_tool_arguments(build_parser(), EvaluateArguments, sys.argv[1:] if argv is None else argv,
+                                positional_field="model_name_or_path", recipe_fields=EVALUATE_RECIPE_FIELDS)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point (returns nothing: console scripts pass a return value to ``sys.exit``); results go to ``--output``."""
+    """Entry point (returns nothing: console scripts pass a return value to ``sys.exit``); results go to
+    ``OUTPUT_DIR/results.json``. Bad input exits 2 with ``uat-evaluate: error: ...``."""
     parser = build_parser()
-    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args = parse_arguments(argv)
+    except (OSError, ValueError) as error:
+        parser.exit(2, f"uat-evaluate: error: {error}\n")
     datasets.disable_progress_bars()  # a bar per tiny map() over each test set is noise here
     try:
         _run(args)
@@ -104,26 +77,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.exit(2, f"uat-evaluate: error: {error}\n")
 
 
-def _run(args: argparse.Namespace) -> None:
-    corpus_dir = resolve_bundled(args.corpus_dir)
-    ood_dir = resolve_bundled(args.ood_corpus_dir) if args.ood_corpus_dir else corpus_dir
+def _run(args: EvaluateArguments) -> None:
+    corpus_dir = args.corpus_dir  # bundled: names are resolved by EvaluateArguments
+    ood_dir = args.ood_corpus_dir or corpus_dir
+    split, tags = args.eval_split, args.language_tags
     language = {"source_lang": args.source_lang, "target_lang": args.target_lang, "direction": args.direction}
-    in_domain = eval_set_specs(corpus_dir, args.split, corpora=args.corpora, **language)
-    ood = eval_set_specs(ood_dir, args.split, corpora=args.ood_corpora, **language) if args.ood_corpora else []
-    model, tokenizer = load_translation_model(args.model, args.tokenizer, device=args.device)
-    check_tags_in_vocab(tokenizer, sorted({tag for tag in corpus_tags(in_domain + ood, args.tags).values() if tag}))
-    eval_sets = load_eval_sets(in_domain + ood, args.split, tags=args.tags, max_sentences=args.max_sentences)
+    in_domain = eval_set_specs(corpus_dir, split, corpora=args.corpora, **language)
+    ood = eval_set_specs(ood_dir, split, corpora=args.ood_corpora, **language) if args.ood_corpora else []
+    model, tokenizer = load_translation_model(args.model_name_or_path, args.tokenizer_name_or_path, device=args.device)
+    if args.generation_max_length is not None:  # as uat-train saves it: the generation config's max_length
+        model.generation_config.max_length = args.generation_max_length
+    check_tags_in_vocab(tokenizer, sorted({tag for tag in corpus_tags(in_domain + ood, tags).values() if tag}))
+    eval_sets = load_eval_sets(in_domain + ood, split, tags=tags, max_sentences=args.max_eval_examples)
     # Read the baseline first: a missing or misaligned file should fail before minutes of generation.
     baselines = ({name: read_hypotheses(args.compare, name, expected=len(eval_set.references))
                   for name, eval_set in eval_sets.items()} if args.compare else None)
 
-    output = Path(args.output)
-    hypotheses_dir = Path(args.hypotheses_dir) if args.hypotheses_dir else output.parent / "hypotheses"
+    output = Path(args.output_dir) / RESULTS_FILE
+    hypotheses_dir = Path(args.hypotheses_dir) if args.hypotheses_dir else Path(args.output_dir) / "hypotheses"
     hypotheses = {}
     for name, eval_set in eval_sets.items():
         logger.info("Translating %s (%d sentences)", name, len(eval_set.sources))
-        hypotheses[name] = translate(model, tokenizer, eval_set.sources, batch_size=args.batch_size,
-                                     num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+        hypotheses[name] = translate(model, tokenizer, eval_set.sources, batch_size=args.per_device_eval_batch_size,
+                                     num_beams=args.generation_num_beams, max_new_tokens=args.max_new_tokens,
                                      max_source_length=args.max_source_length)
         write_hypotheses(hypotheses_dir, name, hypotheses[name])
     scores, signatures = score_eval_sets(hypotheses, eval_sets, bleu_tokenize=args.bleu_tokenize)
@@ -132,14 +108,14 @@ def _run(args: argparse.Namespace) -> None:
     ood_names = [spec.name for spec in ood]
     generation = model.generation_config
     results: dict[str, Any] = {
-        "model": args.model,
-        "split": args.split,
+        "model": args.model_name_or_path,
+        "split": split,
         "corpus_dir": corpus_dir,
         "generation": {
-            "num_beams": args.num_beams or generation.num_beams,
+            "num_beams": args.generation_num_beams or generation.num_beams,
             "max_new_tokens": args.max_new_tokens or generation.max_new_tokens,
             "max_length": None if args.max_new_tokens else generation.max_length,
-            "batch_size": args.batch_size,
+            "batch_size": args.per_device_eval_batch_size,
         },
         "sentences": {name: len(eval_set.references) for name, eval_set in eval_sets.items()},
         "scores": {name: scores[name] for name in in_names},
@@ -163,7 +139,7 @@ def _run(args: argparse.Namespace) -> None:
     print(f"\nWrote {output} and hypotheses to {hypotheses_dir}/", file=sys.stderr)
 
 
-def _significance(args: argparse.Namespace, eval_sets: dict[str, EvalSet], hypotheses: dict[str, list[str]],
+def _significance(args: EvaluateArguments, eval_sets: dict[str, EvalSet], hypotheses: dict[str, list[str]],
                   baselines: dict[str, list[str]]) -> dict[str, Any]:
     corpora = {}
     signatures: dict[str, str] = {}

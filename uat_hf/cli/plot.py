@@ -1,34 +1,40 @@
 """``uat-plot``: draw a training run's corpus-balancing history as PNG files.
 
+    uat-plot runs/demo                              # PNGs beside the history, in the run's output_dir
+    uat-plot --output_dir runs/demo --plot_dir figures
+
 Useful while a run trains (the history grows at every update) and afterwards; see
-:func:`uat_hf.plotting.plot_run` for which figures are written.
+:func:`uat_hf.plotting.plot_run` for which figures are written. The run directory is ``uat-train``'s
+``output_dir`` (first argument or ``--output_dir``). ``--out`` of the argparse version is now ``--plot_dir``
+(a clean break: ``--out`` is an error).
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 from typing import Sequence
 
 from ..plotting import plot_run
+from .tool_arguments import PlotArguments, make_plot_parser, parse_tool_arguments
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="uat-plot",
-        description="Plot the sampling probabilities and rewards of a MultiUAT / MultiDDS-S run over training "
-        "steps, and the mean gradient-cosine heatmap of a MultiDDS-S run.",
-    )
-    parser.add_argument("output_dir", help="the run's output_dir (holding balancing_history.jsonl) or the history file")
-    parser.add_argument("--out", default=None, help="folder for the PNG files (default: OUTPUT_DIR)")
-    return parser
+def build_parser():
+    """The ``HfArgumentParser`` of ``uat-plot`` (:func:`uat_hf.cli.tool_arguments.make_plot_parser`)."""
+    return make_plot_parser()
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> PlotArguments:
+    """``argv`` (RUN_DIR first or ``--output_dir``, optional ``--plot_dir``) → :class:`PlotArguments`."""
+    return parse_tool_arguments(build_parser(), PlotArguments, sys.argv[1:] if argv is None else argv,
+                                positional_field="output_dir")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point: prints the paths written, one per line."""
+    """Entry point: prints the paths written, one per line. Bad input exits 2 with ``uat-plot: error: ...``."""
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        written = plot_run(args.output_dir, args.out)
+        args = parse_arguments(argv)
+        written = plot_run(args.output_dir, args.plot_dir)
     except (FileNotFoundError, ValueError) as error:
         parser.exit(2, f"uat-plot: error: {error}\n")
     for path in written:

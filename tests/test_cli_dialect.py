@@ -1,0 +1,140 @@
+"""The three command-line tools speak one dialect: uat-train's field names, HfArgumentParser style, our flags first."""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import fields
+
+import pytest
+
+#: Concepts uat-evaluate shares with uat-train: the same flag, the same value type.
+SHARED_WITH_TRAIN = (
+    "corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "eval_split",
+    "max_eval_examples", "max_source_length", "generation_num_beams", "generation_max_length",
+    "per_device_eval_batch_size", "bleu_tokenize", "model_name_or_path", "tokenizer_name_or_path", "output_dir", "seed",
+)
+#: uat-evaluate's concepts that uat-train has not (a new flag must be put in one list or the other).
+EVALUATE_ONLY = (
+    "ood_corpora", "ood_corpus_dir", "max_new_tokens", "device", "hypotheses_dir", "compare", "significance_test",
+    "significance_samples", "alpha",
+)
+
+
+def train_fields() -> dict[str, type]:
+    from uat_hf.cli.parsing import argument_classes
+
+    hints = {}
+    for dtype in argument_classes():
+        hints.update({f.name: typing.get_type_hints(dtype)[f.name] for f in fields(dtype) if f.init})
+    return hints
+
+
+def value_type(hint) -> object:
+    """``int | None`` → ``int``: what a value is, whether or not it may be unset."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1 else hint
+
+
+def option_strings(parser) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def test_the_three_parsers_accept_the_same_flags_for_the_shared_concepts():
+    from uat_hf.cli.arguments import make_parser
+    from uat_hf.cli.evaluate import build_parser as evaluate_parser
+    from uat_hf.cli.plot import build_parser as plot_parser
+
+    train, evaluate, plot = (option_strings(parser()) for parser in (make_parser, evaluate_parser, plot_parser))
+    for name in SHARED_WITH_TRAIN:
+        for flag in (f"--{name}", f"--{name.replace('_', '-')}"):
+            assert flag in train and flag in evaluate, flag
+    assert "--output_dir" in plot and "--output_dir" in train
+    renamed = ("--max-sentences", "--num-beams", "--tags", "--split", "--batch-size", "--output", "--tokenizer",
+               "--out")
+    assert not set(renamed) & (evaluate | plot)
+
+
+def test_uat_evaluate_uses_uat_train_names_for_the_same_concepts():
+    from uat_hf.cli.tool_arguments import EvaluateArguments, PlotArguments
+
+    train = train_fields()
+    evaluate = {f.name: typing.get_type_hints(EvaluateArguments)[f.name] for f in fields(EvaluateArguments)}
+    assert set(SHARED_WITH_TRAIN) <= set(train)
+    assert set(SHARED_WITH_TRAIN) <= set(evaluate)
+    assert set(evaluate) - set(SHARED_WITH_TRAIN) == set(EVALUATE_ONLY)
+    assert not set(EVALUATE_ONLY) & set(train)
+    for name in SHARED_WITH_TRAIN:
+        assert value_type(evaluate[name]) == value_type(train[name]), name
+    assert {f.name for f in fields(PlotArguments)} - set(train) == {"plot_dir"}  # output_dir: the run's
+
+
+def test_one_command_line_means_the_same_to_uat_train_and_uat_evaluate(tmp_path):
+    from uat_hf.cli.evaluate import parse_arguments as parse_evaluate
+    from uat_hf.cli.plot import parse_arguments as parse_plot
+    from uat_hf.cli.train import parse_arguments as parse_train
+
+    model = tmp_path / "model"
+    model.mkdir()
+    argv = [
+        "--corpus_dir", str(tmp_path), "--corpora", "bible", "software", "--direction", "multi-domain",
+        "--source_lang", "en", "--target_lang", "de", "--language_tags", "none", "--eval_split", "dev",
+        "--max_eval_examples", "5", "--max_source_length", "64", "--generation_num_beams", "2",
+        "--generation_max_length", "20", "--per_device_eval_batch_size", "4", "--bleu_tokenize", "char",
+        "--model_name_or_path", str(model), "--tokenizer_name_or_path", str(model),
+        "--output_dir", str(tmp_path / "out"), "--seed", "7",
+    ]
+    evaluate = parse_evaluate(argv)
+    expected = {
+        "corpus_dir": str(tmp_path), "corpora": ["bible", "software"], "direction": "multi-domain",
+        "source_lang": "en", "target_lang": "de", "language_tags": "none", "eval_split": "dev",
+        "max_eval_examples": 5, "max_source_length": 64, "generation_num_beams": 2, "generation_max_length": 20,
+        "per_device_eval_batch_size": 4, "bleu_tokenize": "char", "model_name_or_path": str(model),
+        "tokenizer_name_or_path": str(model), "output_dir": str(tmp_path / "out"), "seed": 7,
+    }
+    assert set(expected) == set(SHARED_WITH_TRAIN)
+    assert {name: getattr(evaluate, name) for name in expected} == expected
+    trained = {}
+    for arguments in parse_train(argv + ["--report_to", "none", "--use_cpu", "true"])[:4]:
+        trained.update({name: getattr(arguments, name) for name in expected if hasattr(arguments, name)})
+    assert trained == expected
+    assert parse_plot(["--output_dir", str(tmp_path / "out")]).output_dir == str(tmp_path / "out")
+
+
+def test_the_first_argument_is_the_model_or_the_run(tmp_path):
+    from uat_hf.cli.evaluate import parse_arguments as parse_evaluate
+    from uat_hf.cli.plot import parse_arguments as parse_plot
+
+    assert parse_evaluate(["runs/a", "--corpus_dir", str(tmp_path)]).model_name_or_path == "runs/a"
+    dashed = parse_evaluate(["--corpus-dir", str(tmp_path), "--model-name-or-path", "runs/a"])
+    assert dashed.model_name_or_path == "runs/a"
+    assert parse_plot(["runs/a"]).output_dir == "runs/a"
+
+
+def test_uat_train_help_lists_our_flags_before_the_trainers(capsys):
+    from uat_hf.cli import train as cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    learning_rate = text.index("--learning_rate")
+    for ours in ("--strategy", "--mc_samples", "--corpus_dir", "--model_name_or_path", "--max_train_minutes"):
+        assert text.index(ours) < learning_rate, ours
+    groups = ["balancing (uat_hf.UATConfig)", "data (uat_hf.cli.DataArguments)", "model (uat_hf.cli.ModelArguments)",
+              "run (uat_hf.cli.RunArguments)", "training (transformers.Seq2SeqTrainingArguments)"]
+    assert [text.index(f"\n{group}:") for group in groups] == sorted(text.index(f"\n{group}:") for group in groups)
+    training = text[text.index("\ntraining (transformers.Seq2SeqTrainingArguments):"):]
+    assert "--output_dir" in training and "--strategy" not in training and "--bleu_tokenize" not in training
+
+
+def test_grouping_the_help_does_not_change_what_uat_train_parses():
+    from transformers import HfArgumentParser
+
+    from uat_hf.cli.parsing import argument_classes, make_parser
+
+    def options(parser):
+        return sorted((tuple(a.option_strings), a.dest, repr(a.default), a.nargs, repr(a.choices), a.required)
+                      for a in parser._actions if a.dest not in ("help", "config"))
+
+    assert options(make_parser()) == options(HfArgumentParser(argument_classes()))
