@@ -21,6 +21,7 @@ import pyarrow as pa
 import torch
 from datasets import Dataset, load_from_disk
 
+from uat_hf.distribution import CorpusDistribution
 from uat_hf.sampler import CorpusBatchSampler
 
 
@@ -77,7 +78,9 @@ def main() -> None:
         corpora = {f"c{i}": load_from_disk(str(Path(tmp) / f"c{i}")) for i in range(options.corpora)}  # memory-mapped
 
         start = time.perf_counter()
-        sampler = CorpusBatchSampler.from_datasets(corpora, temperature=5.0, max_tokens=options.max_tokens, seed=0)
+        sizes = {name: len(dataset) for name, dataset in corpora.items()}
+        sampler = CorpusBatchSampler.from_datasets(corpora, CorpusDistribution.for_strategy("temperature", sizes),
+                                                   max_tokens=options.max_tokens, seed=0)
         iterator = iter(sampler)
         next(iterator)
         first_batch = time.perf_counter() - start
@@ -86,7 +89,7 @@ def main() -> None:
         for _ in range(options.draws):
             next(iterator)
         per_batch = (time.perf_counter() - start) / options.draws
-        sampler.set_probabilities(np.full(options.corpora, 1.0 / options.corpora))
+        sampler.distribution.set_probabilities(np.full(options.corpora, 1.0 / options.corpora))
         start = time.perf_counter()
         for _ in range(1000):
             next(iterator)

@@ -11,6 +11,7 @@ from scipy import stats
 from transformers import DataCollatorForSeq2Seq
 
 from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback, draw_token_batch, split_by_tokens
+from uat_hf.distribution import CorpusDistribution
 from uat_hf.presets import build_model
 from uat_hf.rewards import (
     UncertaintyReward,
@@ -142,11 +143,13 @@ def test_a_corpus_the_model_fits_worse_gains_probability(tiny_model, corpora, co
     bible = corpora["train"]["bible"].select_columns(["input_ids", "attention_mask", "labels"])
     batches = [collate([bible[i] for i in range(s, s + 16)]) for s in range(0, 320, 16)]
     train_on(tiny_model, batches, 60)
-    sampler = CorpusBatchSampler.from_datasets(corpora["train"], max_tokens=400)
+    sizes = {name: len(ds) for name, ds in corpora["train"].items()}
+    distribution = CorpusDistribution.for_strategy("multiuat", sizes, scorer_lr=1e-2, scorer_steps=50)
+    sampler = CorpusBatchSampler.from_datasets(corpora["train"], distribution, max_tokens=400)
     prior = sampler.probabilities
     callback = CorpusBalancingCallback(
-        sampler, strategy="multiuat", reward=UncertaintyReward(measure, 3, eos_token_id=tiny_model.config.eos_token_id),
-        dev_corpora=corpora["dev"], collate_fn=collate, scorer_lr=1e-2, scorer_steps=50,
+        sampler, reward=UncertaintyReward(measure, 3, eos_token_id=tiny_model.config.eos_token_id),
+        dev_corpora=corpora["dev"], collate_fn=collate,
     )
     for step in (1, 2, 3):
         record = callback.update(tiny_model, step, str(tmp_path))
@@ -186,10 +189,11 @@ def test_trainer_updates_at_the_interval_and_logs_p(tmp_path, corpora, tokenizer
 
 
 def test_nonfinite_rewards_skip_the_update(tiny_model, corpora, collate, tmp_path, caplog):
-    sampler = CorpusBatchSampler.from_datasets(corpora["train"], max_tokens=400)
+    sizes = {name: len(ds) for name, ds in corpora["train"].items()}
+    sampler = CorpusBatchSampler.from_datasets(corpora["train"], CorpusDistribution.for_strategy("multiuat", sizes),
+                                               max_tokens=400)
     reward = UncertaintyReward("exptp", 1)
-    callback = CorpusBalancingCallback(sampler, strategy="multiuat", reward=reward, dev_corpora=corpora["dev"],
-                                       collate_fn=collate)
+    callback = CorpusBalancingCallback(sampler, reward=reward, dev_corpora=corpora["dev"], collate_fn=collate)
     before = sampler.probabilities
     reward.finalize = lambda totals: (np.array([np.nan, 0.1, 0.1, 0.1]), {})  # e.g. an fp16 overflow
     with caplog.at_level("WARNING"):

@@ -69,7 +69,7 @@ def test_changing_probabilities_mid_iteration_changes_following_batches():
     iterator = iter(sampler)
     head = [next(iterator) for _ in range(20)]
     assert len(set(corpus_sequence(sampler, head))) == 3
-    sampler.set_probabilities({"big": 0.0, "mid": 0.0, "small": 1.0})
+    sampler.distribution.set_probabilities({"big": 0.0, "mid": 0.0, "small": 1.0})
     tail = list(iterator)
     assert tail and set(corpus_sequence(sampler, tail)) == {"small"}
 
@@ -96,17 +96,19 @@ def test_state_round_trip_resumes_exact_sequence_after_mid_epoch_changes(mix):
     reference = CorpusBatchSampler(lengths(), [0.5, 0.3, 0.2], max_tokens=400, mix_corpora=mix, seed=11)
     iterator = iter(reference)
     drawn = [next(iterator) for _ in range(15)]
-    reference.set_probabilities([0.1, 0.1, 0.8])
+    reference.distribution.set_probabilities([0.1, 0.1, 0.8])
     drawn += [next(iterator) for _ in range(10)]
-    state = json.loads(json.dumps(reference.state_dict()))  # what a checkpoint stores
-    reference.set_probabilities([0.6, 0.2, 0.2])
+    # What a checkpoint stores: the sampler's position and the distribution it reads p from.
+    state = json.loads(json.dumps({"sampler": reference.state_dict(), "distribution": reference.distribution.state_dict()}))
+    reference.distribution.set_probabilities([0.6, 0.2, 0.2])
     expected_rest = list(iterator)
 
     resumed = CorpusBatchSampler(lengths(), [0.5, 0.3, 0.2], max_tokens=400, mix_corpora=mix, seed=11)
-    resumed.load_state_dict(state)
+    resumed.distribution.load_state_dict(state["distribution"])
+    resumed.load_state_dict(state["sampler"])
     replay = iter(resumed)
     assert [next(replay) for _ in range(25)] == drawn  # the Trainer skips these
-    resumed.set_probabilities([0.6, 0.2, 0.2])
+    resumed.distribution.set_probabilities([0.6, 0.2, 0.2])
     assert list(replay) == expected_rest
     # The next epoch is the same too.
     assert list(resumed) == list(reference)
@@ -165,7 +167,7 @@ def test_mixed_probability_change_takes_effect_from_the_next_pool():
     sampler = CorpusBatchSampler(lengths(), [0.4, 0.3, 0.3], batch_size=8, mix_corpora=True, mix_pool_batches=5, seed=1)
     iterator = iter(sampler)
     head = [next(iterator) for _ in range(7)]  # a pool of 5 batches of 8 (re-batched: 5 of 8) and 2 of the next
-    sampler.set_probabilities({"big": 0.0, "mid": 0.0, "small": 1.0})
+    sampler.distribution.set_probabilities({"big": 0.0, "mid": 0.0, "small": 1.0})
     rest_of_pool = [next(iterator) for _ in range(3)]
     after = [next(iterator) for _ in range(20)]
     corpora = lambda batches: {sampler.corpus_of(i) for b in batches for i in b}  # noqa: E731

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
@@ -16,11 +18,12 @@ from transformers import (
     TrainerCallback,
 )
 
-from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback
+from uat_hf.balancing import attach_balancing
+from uat_hf.callback import HISTORY_FILE, STATE_FILE
 from uat_hf.metrics import translation_scores
-from uat_hf.sampler import CorpusBatchSampler
+from uat_hf.presets import build_model
 from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import SIGNATURES_FILE, UATTrainer, concatenate_corpora, corpus_dataloader
+from uat_hf.uat_trainer import SIGNATURES_FILE, UATTrainer
 
 
 def make_args(tmp_path, **overrides) -> UATConfig:
@@ -132,30 +135,48 @@ def test_bad_construction_is_rejected(tmp_path, corpora, tokenizer, tiny_model):
         make_args(tmp_path, measure="entropy")
 
 
-def test_callback_drives_a_stock_seq2seq_trainer(tmp_path, corpora, tokenizer, tiny_model):
-    """The sampler + callback also work with an unmodified Seq2SeqTrainer that uses our DataLoader."""
-    sampler = CorpusBatchSampler.from_datasets(corpora["train"], max_tokens=400, seed=0)
-    train = concatenate_corpora(corpora["train"])
+def test_attach_balancing_drives_a_stock_seq2seq_trainer(tmp_path, corpora, tokenizer, tiny_model):
+    """Balancing on an unmodified Seq2SeqTrainer takes three lines: args, trainer, attach_balancing. Its numbers
+    reach the loggers (log_history), its state the checkpoints, and a resumed stock run continues exactly."""
+    class Logger(TrainerCallback):  # stands for a reporting integration (TensorBoard, W&B ...) registered at init
+        def __init__(self):
+            self.entries = []
 
-    class StockTrainer(Seq2SeqTrainer):
-        def get_train_dataloader(self):
-            return corpus_dataloader(self, sampler, self.train_dataset)
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.entries.append((state.global_step, dict(logs)))
 
-    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path / "stock"), max_steps=4, report_to=[], use_cpu=True,
-                                    save_strategy="no", disable_tqdm=True)
-    trainer = StockTrainer(model=tiny_model, args=args, train_dataset=train, processing_class=tokenizer,
-                           data_collator=DataCollatorForSeq2Seq(tokenizer, model=tiny_model))
-    from uat_hf.rewards import UncertaintyReward
+    logger = Logger()
 
-    callback = CorpusBalancingCallback(
-        sampler, strategy="multiuat", reward=UncertaintyReward("exptp", 2), dev_corpora=corpora["dev"],
-        collate_fn=trainer.data_collator, update_every=2, accelerator=trainer.accelerator,
-    )
-    trainer.add_callback(callback)
-    trainer.train()
+    def run(output, max_steps, resume=None):
+        torch.manual_seed(0)
+        model = build_model("tiny", tokenizer)
+        args = UATConfig(output_dir=str(output), strategy="multiuat", measure="exptp", mc_samples=2, update_every=2,
+                         max_steps=max_steps, max_tokens=400, logging_steps=1, save_steps=2, report_to=[],
+                         use_cpu=True, disable_tqdm=True, seed=3)
+        trainer = Seq2SeqTrainer(model=model, args=args, processing_class=tokenizer,
+                                 data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), callbacks=[logger])
+        balancing = attach_balancing(trainer, corpora["train"], corpora["dev"])
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer, balancing
+
+    trainer, balancing = run(tmp_path / "stock", 6)
     history = [json.loads(line) for line in (tmp_path / "stock" / HISTORY_FILE).read_text().splitlines()]
-    assert [h["step"] for h in history] == [2, 4]
+    assert [h["step"] for h in history] == [2, 4, 6]
     assert set(history[0]["probabilities"]) == set(corpora["train"])
+    logged = {step: logs for step, logs in logger.entries if "loss" in logs}
+    assert logged[2]["balance/p_bible"] == history[0]["probabilities"]["bible"]
+    assert "balance/p_bible" not in logged[3]
+    assert (tmp_path / "stock" / "checkpoint-4" / STATE_FILE).is_file()
+
+    shutil.rmtree(tmp_path / "stock" / "checkpoint-6")
+    resumed, resumed_balancing = run(tmp_path / "stock", 6, resume=str(tmp_path / "stock" / "checkpoint-4"))
+    assert resumed_balancing.distribution.state_dict()["probabilities"] == balancing.distribution.state_dict()["probabilities"]
+    for p, q in zip(trainer.model.parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+    with pytest.raises(TypeError, match="attach_balancing needs the balancing settings as a UATConfig"):
+        attach_balancing(Seq2SeqTrainer(model=tiny_model, args=Seq2SeqTrainingArguments(str(tmp_path / "x"), report_to=[]),
+                                        processing_class=tokenizer), corpora["train"])
 
 
 class EvaluationRecorder(TrainerCallback):

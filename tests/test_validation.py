@@ -487,14 +487,14 @@ def test_static_strategy_samples_with_the_given_probabilities(env: Env):
 @pytest.mark.parametrize("strategy", ["multiuat", "multidds-s"])
 def test_dynamic_strategy_starts_its_scorer_from_the_given_probabilities(env: Env, strategy: str):
     t = trainer(env, strategy=strategy, measure="exptp", corpus_probabilities={"news": 0.2, "law": 0.8})
-    np.testing.assert_array_equal(t.balancing.scorer.prior, [0.2, 0.8])
+    np.testing.assert_array_equal(t.corpus_distribution.prior, [0.2, 0.8])
     np.testing.assert_array_equal(t.corpus_sampler.probabilities, [0.2, 0.8])  # sampled with until the first update
     # The authors' prior fit (the default) stops at MSE(softmax(ψ), q) <= 1e-8; prior_fit="exact" hits q itself.
-    assert np.mean((t.balancing.scorer.probabilities - [0.2, 0.8]) ** 2) <= RELEASED_FIT_TOLERANCE
+    assert np.mean((t.corpus_distribution.scorer.probabilities - [0.2, 0.8]) ** 2) <= RELEASED_FIT_TOLERANCE
     exact = trainer(env, strategy=strategy, measure="exptp", corpus_probabilities={"news": 0.2, "law": 0.8},
                     scorer_prior_fit="exact")
-    np.testing.assert_allclose(exact.balancing.scorer.probabilities, [0.2, 0.8], atol=1e-12)
-    assert (t.balancing.scorer.state_dict()["prior_fit"], exact.balancing.scorer.state_dict()["prior_fit"]) == ("released", "exact")
+    np.testing.assert_allclose(exact.corpus_distribution.scorer.probabilities, [0.2, 0.8], atol=1e-12)
+    assert (t.corpus_distribution.scorer.prior_fit, exact.corpus_distribution.scorer.prior_fit) == ("released", "exact")
 
 
 # --- safe loading

@@ -3,13 +3,16 @@
 The public API, by layer (imports run one way, top to bottom):
 
 * math — :func:`temperature_prior`, :data:`MEASURES`, :class:`CorpusScorer`
-* sampling — :class:`CorpusBatchSampler`
+* the corpus distribution p, its one owner — :class:`CorpusDistribution`
+* sampling — :class:`CorpusBatchSampler` (reads p)
 * rewards — :class:`UncertaintyReward` (MultiUAT), :class:`GradientCosineReward` (MultiDDS-S)
 * callback — :class:`CorpusBalancingCallback`
-* trainer — :class:`UATConfig`, :class:`UATTrainer`
+* trainer — :class:`UATConfig`, :func:`attach_balancing` (a stock ``Seq2SeqTrainer``), :class:`UATTrainer`
 """
 
+from .balancing import attach_balancing
 from .callback import CorpusBalancingCallback
+from .distribution import CorpusDistribution
 from .gradient_cosine import GradientCosineReward
 from .measures import MEASURES, RELEASED_CODE_MEASURES
 from .priors import temperature_prior
@@ -24,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CorpusBalancingCallback",
     "CorpusBatchSampler",
+    "CorpusDistribution",
     "CorpusScorer",
     "GradientCosineReward",
     "MEASURES",
@@ -31,6 +35,7 @@ __all__ = [
     "UATConfig",
     "UATTrainer",
     "UncertaintyReward",
+    "attach_balancing",
     "corpus_dataloader",
     "temperature_prior",
 ]

@@ -3,7 +3,8 @@
 :class:`CorpusBalancingCallback` is the one update loop behind every strategy: static priors only keep
 the sampler's epoch and state in step with the Trainer; MultiUAT and MultiDDS-S additionally, every
 ``update_every`` optimizer steps, draw a dev batch per corpus, ask their reward for one number per
-corpus, update the scorer ψ and hand the new distribution to the sampler.
+corpus and hand them to the :class:`~uat_hf.distribution.CorpusDistribution`, which moves ψ and p. The
+sampler reads the new p from the distribution for its next batch.
 
 Distributed runs: every rank holds its own sampler and scorer and must reach bit-identical probabilities.
 The rewards are computed as a share per rank (the reward splits the work), summed with one all-reduce and
@@ -11,8 +12,10 @@ finished identically everywhere, so the scorer, which is deterministic, moves id
 Dev batches are drawn from generators seeded by ``(seed, update index, corpus)``, so they are the same on
 every rank and in a resumed run.
 
-State (sampler, scorer, update count) is written as JSON into each checkpoint folder and read back when
-training resumes, whether the Trainer is ours or a stock one.
+State (the distribution, with its scorer, update count and history, and the sampler's position) is
+written as JSON into each checkpoint folder: by ``UATTrainer._save_checkpoint`` before the Trainer writes
+its own state, or by :meth:`CorpusBalancingCallback.on_save` under a stock Trainer. It is read back when
+training resumes. The update's numbers reach the Trainer's loggers with its next log entry.
 """
 
 from __future__ import annotations
@@ -30,14 +33,13 @@ import torch
 from transformers import TrainerCallback
 
 from .checkpoints import BALANCING_STATE_FILE, write_json_atomically
-from .priors import temperature_prior
 from .rewards import BalancingReward
 from .sampler import CorpusBatchSampler, example_lengths
-from .scorer import CorpusScorer, NonFiniteRewardError
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = BALANCING_STATE_FILE
+_STATE_FORMAT = 2  # 2: the distribution (p, prior, scorer, update count, history) saved in one piece
 HISTORY_FILE = "balancing_history.jsonl"
 
 
@@ -65,11 +67,14 @@ def split_by_tokens(indices: np.ndarray, lengths: np.ndarray, max_tokens: int) -
 
 
 class CorpusBalancingCallback(TrainerCallback):
-    """Keeps a :class:`~uat_hf.sampler.CorpusBatchSampler` in step with training and re-learns its p.
+    """Keeps a :class:`~uat_hf.sampler.CorpusBatchSampler` in step with training and asks for p's updates.
+
+    The strategy, prior and scorer belong to ``sampler.distribution`` (a
+    :class:`~uat_hf.distribution.CorpusDistribution`); this callback decides when to measure and update it,
+    and logs and checkpoints it.
 
     Args:
         sampler: the sampler the training DataLoader iterates.
-        strategy: ``proportional`` / ``temperature`` / ``uniform`` (static) or ``multiuat`` / ``multidds-s``.
         reward: what a dynamic strategy measures (:class:`~uat_hf.rewards.UncertaintyReward` or
             :class:`~uat_hf.gradient_cosine.GradientCosineReward`); ``None`` for static strategies.
         dev_corpora: tokenized trusted dev sets, one per training corpus (same names).
@@ -77,64 +82,56 @@ class CorpusBalancingCallback(TrainerCallback):
         update_every: S, optimizer steps between two updates.
         dev_batch_tokens: target tokens drawn per dev corpus at each update.
         sub_batch_tokens: padded-token cap of one forward pass during measurement.
-        scorer_lr, scorer_steps: Adam settings of ψ.
-        scorer_prior_fit: how ψ starts (:data:`~uat_hf.scorer.PRIOR_FITS`).
-        prior_temperature: τ of the prior ψ starts from.
-        initial_probabilities: hand-given distribution over ``sampler.names`` that ψ starts from instead of the
-            τ prior (every entry > 0).
         seed: must be the same on every rank.
         accelerator: the Trainer's ``accelerate.Accelerator`` (for the all-reduce); ``None`` on one process.
-        log_fn: called with a flat dict of scalars after each update (``trainer.log`` routes it to every
-            reporting integration: TensorBoard, trackio, W&B ...).
         train_corpora: tokenized training corpora, needed only by MultiDDS-S for its fresh train batches.
+        train_batch_tokens: target tokens of each MultiDDS-S train batch.
         allow_inexact_resume: resume from a checkpoint without the balancing state (the sampler restarts its
-            epoch and the scorer its prior, so the run no longer continues the same sequence) instead of
-            refusing it.
+            epoch and the distribution its prior, so the run no longer continues the same sequence) instead
+            of refusing it.
     """
 
     def __init__(
         self,
         sampler: CorpusBatchSampler,
         *,
-        strategy: str = "proportional",
         reward: BalancingReward | None = None,
         dev_corpora: Mapping[str, Any] | None = None,
         collate_fn: Callable[[list[dict]], dict[str, torch.Tensor]] | None = None,
         update_every: int = 1000,
         dev_batch_tokens: int = 1024,
         sub_batch_tokens: int = 4096,
-        scorer_lr: float = 1e-4,
-        scorer_steps: int = 200,
-        scorer_prior_fit: str = "released",
-        prior_temperature: float = 1.0,
-        initial_probabilities: Sequence[float] | None = None,
         seed: int = 0,
         accelerator: Any = None,
-        log_fn: Callable[[dict[str, float]], None] | None = None,
         train_corpora: Mapping[str, Any] | None = None,
         train_batch_tokens: int = 1024,
         allow_inexact_resume: bool = False,
     ) -> None:
         self.sampler = sampler
-        self.strategy = strategy
+        self.distribution = sampler.distribution
         self.reward = reward
         self.update_every = int(update_every)
         self.dev_batch_tokens = int(dev_batch_tokens)
         self.sub_batch_tokens = int(sub_batch_tokens)
         self.seed = int(seed)
         self.accelerator = accelerator
-        self.log_fn = log_fn
         self.collate_fn = collate_fn
         self.train_batch_tokens = int(train_batch_tokens)
         self.allow_inexact_resume = bool(allow_inexact_resume)
-        self.update_count = 0
         #: Checkpoint folder to restore from at the start of training; when unset and the Trainer resumes,
         #: ``output_dir/checkpoint-<global_step>`` (where the Trainer itself saves) is used.
         self.resume_from: str | None = None
-        self.scorer: CorpusScorer | None = None
+        #: Whether :meth:`on_save` writes the state (a stock Trainer); ``UATTrainer`` saves it itself.
+        self.saves_on_save = True
+        self._pending_logs: dict[str, float] = {}
         # Only the model's columns, selected once: select_columns builds a new Dataset (and fingerprint) per call.
         self.dev_corpora = {n: _model_columns(d) for n, d in (dev_corpora or {}).items()}
         self.train_corpora = {n: _model_columns(d) for n, d in (train_corpora or {}).items()}
+        if (reward is not None) != self.distribution.is_dynamic:
+            raise ValueError(
+                f"Strategy {self.distribution.strategy!r} "
+                + ("learns p and needs a reward to measure." if reward is None else "keeps p fixed; give it no reward.")
+            )
         if reward is not None:
             if self.update_every < 1:
                 raise ValueError(f"update_every must be >= 1, got {update_every}.")
@@ -143,18 +140,18 @@ class CorpusBalancingCallback(TrainerCallback):
             _check_same_corpora(sampler.names, self.dev_corpora, "dev")
             if reward.needs_train_batches:
                 _check_same_corpora(sampler.names, self.train_corpora, "train")
-            if initial_probabilities is not None:
-                prior = np.asarray(initial_probabilities, dtype=np.float64)
-            else:
-                prior = temperature_prior(sampler.sizes, prior_temperature)
-            self.scorer = CorpusScorer(sampler.names, prior, lr=scorer_lr, steps=scorer_steps, prior_fit=scorer_prior_fit)
-            # Until the first update, batches follow the prior itself, as in the authors' code (the fitted ψ only
-            # approximates it and takes over at the first update).
-            sampler.set_probabilities(self.scorer.prior)
             self._dev_lengths = {n: _target_lengths(self.dev_corpora[n]) for n in sampler.names}
             self._train_lengths = (
                 {n: example_lengths(self.train_corpora[n]) for n in sampler.names} if reward.needs_train_batches else {}
             )
+
+    @property
+    def strategy(self) -> str:
+        return self.distribution.strategy
+
+    @property
+    def update_count(self) -> int:
+        return self.distribution.update_count
 
     # ------------------------------------------------------------------ Trainer events
     def on_train_begin(self, args, state, control, **kwargs):
@@ -180,8 +177,8 @@ class CorpusBalancingCallback(TrainerCallback):
             )
             return
         self.load(path)
-        if args.should_save:
-            _truncate_history(os.path.join(args.output_dir, HISTORY_FILE), state.global_step)
+        if args.should_save:  # the history file holds exactly the restored updates, whatever a kill left in it
+            _write_history(os.path.join(args.output_dir, HISTORY_FILE), self.distribution.history)
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         # The Trainer cannot always reach a sampler wrapped by accelerate (e.g. after skip_first_batches on
@@ -190,21 +187,31 @@ class CorpusBalancingCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.reward is not None and state.global_step > 0 and state.global_step % self.update_every == 0:
-            # Logging the update goes through the Trainer's on_log, which clears the flags it has served;
-            # keep the step's own logging/saving/evaluation decisions intact.
-            flags = (control.should_log, control.should_save, control.should_evaluate)
-            self.update(model, state.global_step, args.output_dir, is_world_process_zero=state.is_world_process_zero)
-            control.should_log, control.should_save, control.should_evaluate = flags
+            self.update(model, state.global_step, args.output_dir if args.should_save else None)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # Under a stock Trainer: add the last update's numbers to the entry the loggers after us receive.
+        if logs is not None and not any(key.startswith("eval_") for key in logs):
+            logs.update(self.pop_logs())
 
     def on_save(self, args, state, control, **kwargs):
-        if args.should_save:
+        if self.saves_on_save and args.should_save:
             folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             os.makedirs(folder, exist_ok=True)
             self.save(os.path.join(folder, STATE_FILE))
 
+    def pop_logs(self) -> dict[str, float]:
+        """The numbers of the updates since the last log entry (p, rewards, seconds), once."""
+        logs, self._pending_logs = self._pending_logs, {}
+        return logs
+
     # ------------------------------------------------------------------ the update
-    def update(self, model: torch.nn.Module, step: int, output_dir: str | None = None, *, is_world_process_zero: bool = True) -> dict | None:
-        """One balancing update: measure every corpus, update ψ, set the sampler's p. Returns the record."""
+    def update(self, model: torch.nn.Module, step: int, output_dir: str | None = None) -> dict:
+        """One balancing update: measure every corpus, let the distribution move p; returns the record.
+
+        The record is appended to ``output_dir/balancing_history.jsonl`` when ``output_dir`` is given (the
+        process that saves), and its numbers go out with the Trainer's next log entry.
+        """
         start = time.perf_counter()
         process_index, num_processes = self._shard()
         dev_batches = self.dev_batches()
@@ -215,31 +222,18 @@ class CorpusBalancingCallback(TrainerCallback):
                                          num_processes=num_processes, seed=seed)
         totals = {key: self._sum_over_ranks(value) for key, value in shares.items()}
         rewards, extras = self.reward.finalize(totals)
-        self.update_count += 1
-        names = self.sampler.names
-        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None),
-                  "rewards": dict(zip(names, map(float, rewards)))}
-        try:
-            probabilities = self.scorer.update(rewards)
-        except NonFiniteRewardError as error:
-            logger.warning("Skipping the balancing update at step %d: %s. p stays %s.", step, error,
-                           dict(zip(names, self.sampler.probabilities.round(4).tolist())))
-            probabilities = None
-            record["skipped"] = str(error)
-        if probabilities is not None:
-            self.sampler.set_probabilities(probabilities)
-        record["probabilities"] = dict(zip(names, self.sampler.probabilities.tolist()))
+        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None)}
+        self.distribution.update(rewards, record)
         record.update(extras)
         record["seconds"] = time.perf_counter() - start
-        if is_world_process_zero and output_dir is not None:
+        if output_dir is not None:
             os.makedirs(output_dir, exist_ok=True)
             with open(os.path.join(output_dir, HISTORY_FILE), "a", encoding="utf-8") as history:
                 history.write(json.dumps(record) + "\n")
-        if self.log_fn is not None:
-            logs = {f"balance/p_{n}": record["probabilities"][n] for n in names}
-            logs.update({f"balance/reward_{n}": record["rewards"][n] for n in names})
-            logs["balance/seconds"] = record["seconds"]
-            self.log_fn(logs)
+        names = self.sampler.names
+        self._pending_logs = {f"balance/p_{n}": record["probabilities"][n] for n in names}
+        self._pending_logs.update({f"balance/reward_{n}": record["rewards"][n] for n in names})
+        self._pending_logs["balance/seconds"] = record["seconds"]
         return record
 
     def dev_batches(self) -> list[list[dict]]:
@@ -288,23 +282,17 @@ class CorpusBalancingCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {
-            "strategy": self.strategy,
-            "update_count": self.update_count,
-            "sampler": self.sampler.state_dict(),
-            "scorer": self.scorer.state_dict() if self.scorer is not None else None,
-        }
+        return {"format": _STATE_FORMAT, "distribution": self.distribution.state_dict(), "sampler": self.sampler.state_dict()}
 
     def load_state_dict(self, state: Mapping) -> None:
-        if state["strategy"] != self.strategy:
+        if state.get("format") != _STATE_FORMAT:
             raise ValueError(
-                f"The checkpoint was trained with strategy {state['strategy']!r}, this run uses {self.strategy!r}; "
-                "resume with the same strategy or start a new run."
+                f"The balancing state has format {state.get('format')!r}, this version of uat_hf reads {_STATE_FORMAT} "
+                "(an older checkpoint kept p in the sampler and scorer separately); resume it with the uat_hf that wrote "
+                "it, or start a new run."
             )
-        self.update_count = int(state["update_count"])
+        self.distribution.load_state_dict(state["distribution"])
         self.sampler.load_state_dict(state["sampler"])
-        if self.scorer is not None:
-            self.scorer.load_state_dict(state["scorer"])
 
     def save(self, path: str) -> None:
         write_json_atomically(path, self.state_dict())
@@ -314,23 +302,9 @@ class CorpusBalancingCallback(TrainerCallback):
             self.load_state_dict(json.load(f))
 
 
-def _truncate_history(path: str, last_step: int) -> None:
-    """Drop records after the resumed step: the resumed run writes them again. A line torn by the kill that
-    interrupted the run (it can only be a record after the checkpoint) is dropped too."""
-    if not os.path.isfile(path):
-        return
-    kept = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, 1):
-            try:
-                record = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:
-                logger.warning("%s line %d is torn (the run was killed while writing it); dropping it.", path, number)
-                continue
-            if record is not None and record["step"] <= last_step:
-                kept.append(line if line.endswith("\n") else line + "\n")
+def _write_history(path: str, records: Sequence[Mapping]) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        f.writelines(kept)
+        f.writelines(json.dumps(record) + "\n" for record in records)
 
 
 def _model_columns(dataset):

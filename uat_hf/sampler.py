@@ -3,8 +3,9 @@
 ``datasets.interleave_datasets`` fixes the mixing probabilities when it is called, so a balancer that
 re-learns them during training has to own the sampling. :class:`CorpusBatchSampler` is a PyTorch batch
 sampler over the concatenation of N corpora that draws each batch's corpus *lazily* from the live
-probability vector (paper, Algorithm 1): a call to :meth:`~CorpusBatchSampler.set_probabilities` takes
-effect from the next batch the sampler yields.
+probability vector (paper, Algorithm 1). It does not own p: it reads it from a
+:class:`~uat_hf.distribution.CorpusDistribution` before every batch, so a change of p takes effect from the
+next batch the sampler yields.
 
 **Prefetch lag.** PyTorch iterates a batch sampler in the main process, also with worker processes, but
 the DataLoader asks for batches ahead of the training step: ``num_workers * prefetch_factor`` batches with
@@ -42,9 +43,10 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from .distribution import CorpusDistribution
 from .priors import temperature_prior, validate_probabilities
 
-STATE_VERSION = 2  # 2: records mix_pool_batches
+STATE_VERSION = 3  # 2: records mix_pool_batches; 3: p belongs to the distribution (the sampler records what it saw)
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,9 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
     Args:
         lengths: per corpus (in concatenation order), the token size of every example. Yielded indices are
             global: ``offsets[name] + local index``, matching ``datasets.concatenate_datasets`` in this order.
-        probabilities: initial distribution over the corpora (default: proportional to size).
+        distribution: where p is read from before every batch: a
+            :class:`~uat_hf.distribution.CorpusDistribution` over the same corpora, or fixed probabilities
+            (default: proportional to size).
         max_tokens: token budget per batch, padding counted (``len(batch) * max(size)``); examples of similar
             length are grouped. Mutually exclusive with ``batch_size``.
         batch_size: examples per batch, when no token budget is given.
@@ -103,7 +107,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
     def __init__(
         self,
         lengths: Mapping[str, Sequence[int] | np.ndarray],
-        probabilities: Sequence[float] | None = None,
+        distribution: CorpusDistribution | Sequence[float] | None = None,
         *,
         max_tokens: int | None = None,
         batch_size: int | None = None,
@@ -148,10 +152,15 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         )
         self._epoch_length = int(sum(self._num_corpus_batches(i) for i in range(len(self.names))))
 
-        p = temperature_prior(self.sizes, 1.0) if probabilities is None else probabilities
-        self._probabilities = validate_probabilities(p, self.names)
+        if not isinstance(distribution, CorpusDistribution):
+            p = temperature_prior(self.sizes, 1.0) if distribution is None else distribution
+            distribution = CorpusDistribution(self.names, p, strategy="fixed")
+        elif distribution.names != self.names:
+            raise ValueError(f"The distribution is over corpora {distribution.names}, the sampler's are {self.names}.")
+        self.distribution = distribution
         self.epoch = 0
-        self._epoch_start_probabilities = self._probabilities.copy()
+        self._epoch_start_probabilities = distribution.probabilities
+        self._seen_version = distribution.version
         self._schedule: list[_Change] = []
         self._started = False
         self._complete = False
@@ -162,16 +171,11 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
     def from_datasets(
         cls,
         corpora: Mapping[str, "object"],
-        probabilities: Sequence[float] | None = None,
-        *,
-        temperature: float = 1.0,
+        distribution: CorpusDistribution | Sequence[float] | None = None,
         **kwargs,
     ) -> "CorpusBatchSampler":
-        """Build from tokenized ``datasets.Dataset``s; the default probabilities are the τ prior."""
-        lengths = {name: example_lengths(dataset) for name, dataset in corpora.items()}
-        if probabilities is None:
-            probabilities = temperature_prior([len(x) for x in lengths.values()], temperature)
-        return cls(lengths, probabilities, **kwargs)
+        """Build from tokenized ``datasets.Dataset``s (default p: proportional to size)."""
+        return cls({name: example_lengths(dataset) for name, dataset in corpora.items()}, distribution, **kwargs)
 
     def _pack_by_tokens(self, corpus: int) -> "_PackedBatches":
         """Greedy fairseq-style packing of one corpus: sort by length, fill up to the padded budget."""
@@ -194,24 +198,26 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
     # ------------------------------------------------------------------ probabilities
     @property
     def probabilities(self) -> np.ndarray:
-        """The live distribution over corpora (a copy)."""
-        return self._probabilities.copy()
+        """The live distribution over corpora (a copy of the distribution's p)."""
+        return self.distribution.probabilities
 
-    def set_probabilities(self, probabilities: Sequence[float] | Mapping[str, float]) -> None:
-        """Use ``probabilities`` from the next batch drawn on (see the module notes on prefetch lag)."""
-        if isinstance(probabilities, Mapping):
-            missing = set(self.names) - set(probabilities)
-            if missing or len(probabilities) != len(self.names):
-                raise ValueError(f"Probabilities must name exactly the corpora {self.names}, got {list(probabilities)}.")
-            probabilities = [probabilities[name] for name in self.names]
-        p = validate_probabilities(probabilities, self.names)
-        self._probabilities = p
+    def _sync(self) -> None:
+        """Take a change of p made since the last batch: from the next batch on (position ``_drawn``)."""
+        if self.distribution.version == self._seen_version:
+            return
+        if self.distribution.version < self._seen_version:
+            raise RuntimeError(
+                f"The sampler has seen version {self._seen_version} of p but its distribution is at version "
+                f"{self.distribution.version}: restore the distribution from the same checkpoint as the sampler."
+            )
+        self._seen_version = self.distribution.version
+        p = self.distribution.probabilities
         if not self._started:
-            self._epoch_start_probabilities = p.copy()
+            self._epoch_start_probabilities = p
         elif not self._complete:
             # A change behind the current position would rewrite history: drop the abandoned future.
             self._schedule = [c for c in self._schedule if c.position < self._drawn]
-            self._schedule.append(_Change(self._drawn, p.copy()))
+            self._schedule.append(_Change(self._drawn, p))
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration draws; the same epoch again means an exact replay."""
@@ -223,7 +229,8 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
 
     def _begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
-        self._epoch_start_probabilities = self._probabilities.copy()
+        self._epoch_start_probabilities = self.distribution.probabilities
+        self._seen_version = self.distribution.version
         self._schedule = []
         self._started = False
         self._complete = False
@@ -259,6 +266,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         if self._complete:
             self._begin_epoch(self.epoch + 1)
+        self._sync()
         self._started = True
         self._drawn = 0  # batches yielded so far in this pass: where a new probability vector takes effect
         uniforms = np.random.default_rng([self.seed, self.epoch, 0])
@@ -271,6 +279,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         else:
             streams = [self._corpus_stream(i) for i in range(len(self.names))]
         for position in range(self._epoch_length):
+            self._sync()
             while next_change < len(self._schedule) and self._schedule[next_change].position <= position:
                 p = self._schedule[next_change].probabilities
                 next_change += 1
@@ -338,7 +347,9 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        """JSON-serialisable state: enough to replay the current epoch exactly and continue."""
+        """JSON-serialisable state: enough to replay the current epoch exactly and continue (p itself is
+        the distribution's; the sampler keeps where each change it saw took effect)."""
+        self._sync()
         return {
             "version": STATE_VERSION,
             "corpora": dict(zip(self.names, self.sizes.tolist())),
@@ -350,7 +361,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             "epoch": self.epoch,
             "started": self._started,
             "complete": self._complete,
-            "probabilities": self._probabilities.tolist(),
+            "seen_version": self._seen_version,
             "epoch_start_probabilities": self._epoch_start_probabilities.tolist(),
             "schedule": [[c.position, c.probabilities.tolist()] for c in self._schedule],
         }
@@ -381,7 +392,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.epoch = int(state["epoch"])
         self._started = bool(state["started"])
         self._complete = bool(state["complete"])
-        self._probabilities = self._saved_probabilities(state["probabilities"])
+        self._seen_version = int(state["seen_version"])
         self._epoch_start_probabilities = self._saved_probabilities(state["epoch_start_probabilities"])
         self._schedule = [_Change(int(position), self._saved_probabilities(p)) for position, p in state["schedule"]]
         self._drawn = 0

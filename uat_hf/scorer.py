@@ -173,7 +173,6 @@ class CorpusScorer:
         self._prior = self._check_prior(prior)
         self._psi = np.zeros(len(self.names), dtype=np.float64)
         self._optimizer = _Adam(self.lr, self.betas)
-        self.update_count: int = 0
         #: Adam steps the last :meth:`fit_to_prior` took (the released fit's count carries into the updates).
         self.fit_steps: int = 0
         self.fit_to_prior()
@@ -237,7 +236,7 @@ class CorpusScorer:
     def fit_to_prior(self, prior: Sequence[float] | None = None, *, start: Sequence[float] | None = None) -> float:
         """Fit ψ to the prior q by minimising ``MSE(softmax(ψ), q)`` with Adam; returns the final MSE.
 
-        Runs in the constructor; call it again only to restart from a new prior (``update_count`` is kept).
+        Runs in the constructor; call it again only to restart from a new prior.
 
         ``prior_fit="released"`` (the authors' ``pretrain_data_actor``): ψ starts at ``start`` (default 0,
         i.e. uniform p: the released actor's logits are a constant vector), a fresh Adam with the scorer's
@@ -307,7 +306,7 @@ class CorpusScorer:
                 with exactly the scorer's names.
 
         Raises:
-            NonFiniteRewardError: some reward is NaN/inf. ψ, the optimizer and ``update_count`` are unchanged.
+            NonFiniteRewardError: some reward is NaN/inf. ψ and the optimizer are unchanged.
             ValueError: wrong number of rewards or wrong names.
         """
         r = self._rewards_array(rewards)
@@ -317,7 +316,6 @@ class CorpusScorer:
         total = r.sum()
         # d/dψ of -Σ R(n) log softmax(ψ)_n is (Σ R)·p - R; the loss value itself is never needed.
         self._minimise(lambda psi: (0.0, total * _softmax(psi) - r), self._optimizer, self.steps)
-        self.update_count += 1
         return self.probabilities
 
     def _rewards_array(self, rewards: Sequence[float] | Mapping[str, float]) -> np.ndarray:
@@ -344,7 +342,7 @@ class CorpusScorer:
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (plain lists, floats, ints, strings), format :data:`_STATE_FORMAT` (2).
 
-        Holds ψ, the prior, the hyperparameters, ``prior_fit``, ``fit_steps``, ``update_count`` and the Adam
+        Holds ψ, the prior, the hyperparameters, ``prior_fit``, ``fit_steps`` and the Adam
         state (``step``, ``exp_avg``, ``exp_avg_sq``; ``None`` while the optimizer has taken no step, i.e.
         with ``prior_fit="exact"`` before the first update). Python's ``json`` writes floats with ``repr``,
         which round-trips float64 exactly, so a scorer restored with :meth:`load_state_dict` continues
@@ -367,7 +365,6 @@ class CorpusScorer:
             "betas": list(self.betas),
             "prior_fit": self.prior_fit,
             "fit_steps": int(self.fit_steps),
-            "update_count": int(self.update_count),
             "adam": adam,
         }
 
@@ -385,7 +382,7 @@ class CorpusScorer:
                 f"Scorer state has format {version!r}; this version of uat_hf reads formats 1 and {_STATE_FORMAT}. "
                 "It was probably written by a newer uat_hf: upgrade to resume from it."
             )
-        missing = [k for k in ("names", "logits", "lr", "steps", "update_count") if k not in state]
+        missing = [k for k in ("names", "logits", "lr", "steps") if k not in state]
         if version == _STATE_FORMAT:
             missing += [k for k in ("prior_fit", "fit_steps") if k not in state]
         if missing:
@@ -424,9 +421,7 @@ class CorpusScorer:
         self._optimizer = _Adam(self.lr, self.betas)
         if adam_state is not None:
             self._optimizer.step_count, self._optimizer.exp_avg, self._optimizer.exp_avg_sq = adam_state
-        self.update_count = int(state["update_count"])
 
     def __repr__(self) -> str:
         probs = ", ".join(f"{n}={p:.4f}" for n, p in zip(self.names, self.probabilities))
-        return (f"CorpusScorer({probs}; lr={self.lr}, steps={self.steps}, prior_fit={self.prior_fit!r}, "
-                f"updates={self.update_count})")
+        return f"CorpusScorer({probs}; lr={self.lr}, steps={self.steps}, prior_fit={self.prior_fit!r})"

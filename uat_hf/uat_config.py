@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from transformers import Seq2SeqTrainingArguments
 
+from .distribution import DYNAMIC_STRATEGIES, STATIC_STRATEGIES, STRATEGIES, CorpusDistribution
 from .measures import MEASURES, RELEASED_CODE_MEASURES
 from .priors import STATIC_TEMPERATURES, check_corpus_probabilities
 from .scorer import PRIOR_FITS
-
-#: Static strategies: p is fixed for the whole run. ``fixed`` samples with the hand-given corpus_probabilities.
-STATIC_STRATEGIES = tuple(STATIC_TEMPERATURES) + ("fixed",)
-DYNAMIC_STRATEGIES = ("multiuat", "multidds-s")
-STRATEGIES = STATIC_STRATEGIES + DYNAMIC_STRATEGIES
 MC_BATCH_MODES = ("auto", "loop", "replicate")
 
 
@@ -229,6 +226,20 @@ class UATConfig(Seq2SeqTrainingArguments):
         if self.strategy in STATIC_TEMPERATURES:
             return STATIC_TEMPERATURES[self.strategy]
         return float(self.scorer_prior_temperature) if self.scorer_prior_temperature is not None else 1.0
+
+    def corpus_distribution(self, sizes: Mapping[str, int]) -> CorpusDistribution:
+        """The distribution these settings start from, over corpora of these ``sizes`` (name → examples)."""
+        probabilities = None
+        if self.corpus_probabilities is not None:
+            given = check_corpus_probabilities(
+                self.corpus_probabilities, list(sizes), positive=self.is_dynamic,
+                reason=f" but strategy {self.strategy!r} starts its scorer from these probabilities",
+            )
+            probabilities = list(given.values())
+        return CorpusDistribution.for_strategy(
+            self.strategy, sizes, temperature=self.effective_prior_temperature, probabilities=probabilities,
+            scorer_lr=self.scorer_lr, scorer_steps=self.scorer_steps, scorer_prior_fit=self.scorer_prior_fit,
+        )
 
     @property
     def is_dynamic(self) -> bool:

@@ -5,8 +5,10 @@ What it adds to the stock trainer, and why:
 * **Training data** is a dict of named, tokenized corpora. Batches come from a
   :class:`~uat_hf.sampler.CorpusBatchSampler` (one corpus per batch, drawn from live probabilities),
   because ``interleave_datasets`` cannot change its mix during training.
-* **Balancing** is a :class:`~uat_hf.callback.CorpusBalancingCallback` built from the arguments: static
-  priors, MultiUAT or MultiDDS-S all go through it (and it checkpoints the sampler and scorer).
+* **Balancing** is wired by :func:`~uat_hf.balancing.attach_balancing` from the arguments, as it would be on
+  a stock trainer: the :class:`~uat_hf.distribution.CorpusDistribution` that owns p, the sampler that reads
+  it, and the :class:`~uat_hf.callback.CorpusBalancingCallback` that updates it. Its state is written into
+  each checkpoint folder before the Trainer's own, and its numbers join the Trainer's log entries.
 * **Evaluation** generates translations for each named dev/test corpus (longest source first, so that
   batches pad and wait little) and scores them with sacreBLEU and chrF on detokenized text
   (``eval_<corpus>_bleu``, ``eval_<corpus>_chrf``), plus their macro averages ``eval_mean_bleu`` /
@@ -15,72 +17,30 @@ What it adds to the stock trainer, and why:
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
-from datasets import Dataset, concatenate_datasets
+from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PredictionOutput, seed_worker
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput
 
-from .callback import CorpusBalancingCallback
-from .checkpoints import LATEST, checkpoint_problem, last_complete_checkpoint
+from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
+from .checkpoints import BALANCING_STATE_FILE, LATEST, checkpoint_problem, last_complete_checkpoint
+from .distribution import CorpusDistribution
 from .metrics import macro_average, translation_scores
-from .priors import check_corpus_probabilities
-from .rewards import IGNORE_INDEX, BalancingReward, UncertaintyReward
-from .sampler import CorpusBatchSampler, example_lengths, longest_first
+from .rewards import IGNORE_INDEX
+from .sampler import example_lengths, longest_first
 from .uat_config import UATConfig
 
-MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
+__all__ = ["UATTrainer", "attach_balancing", "concatenate_corpora", "corpus_dataloader"]
+
 REFERENCE_COLUMN = "target_text"
 SIGNATURES_FILE = "metric_signatures.json"
-
-
-def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Dataset) -> DataLoader:
-    """The training DataLoader of ``trainer`` driven by ``sampler``, prepared by its accelerator.
-
-    Use it to make a stock ``Seq2SeqTrainer`` sample corpora this way: override its
-    ``get_train_dataloader`` to ``return corpus_dataloader(self, sampler, self.train_dataset)``.
-    """
-    args = trainer.args
-    columns = [c for c in dataset.column_names if c in MODEL_COLUMNS]
-    dataloader = DataLoader(
-        dataset.select_columns(columns),
-        batch_sampler=sampler,
-        collate_fn=trainer.data_collator,
-        num_workers=args.dataloader_num_workers,
-        pin_memory=args.dataloader_pin_memory and torch.cuda.is_available(),
-        persistent_workers=args.dataloader_persistent_workers and args.dataloader_num_workers > 0,
-        prefetch_factor=args.dataloader_prefetch_factor if args.dataloader_num_workers > 0 else None,
-        # A partial of a module-level function, not a lambda: worker processes started with ``spawn`` (macOS,
-        # Windows) receive it pickled.
-        worker_init_fn=functools.partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
-    )
-    return trainer.accelerator.prepare(dataloader)
-
-
-def _check_model_columns(corpora: Mapping[str, Dataset], kind: str) -> None:
-    for name, dataset in corpora.items():
-        missing = [c for c in ("input_ids", "labels") if c not in dataset.column_names]
-        if missing:
-            raise ValueError(
-                f"{kind} corpus {name!r} lacks the column(s) {missing} (has {dataset.column_names}); "
-                "tokenize it first (uat_hf.corpora.tokenize_corpus)."
-            )
-
-
-def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
-    """The corpora's model columns concatenated in the dict's order (the sampler's global index space)."""
-    _check_model_columns(corpora, "Training")
-    parts = []
-    for name, dataset in corpora.items():
-        parts.append(dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]))
-    return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 
 class UATTrainer(Seq2SeqTrainer):
@@ -123,8 +83,6 @@ class UATTrainer(Seq2SeqTrainer):
             args = UATConfig(output_dir="uat_output")
         if not isinstance(args, UATConfig):
             raise TypeError(f"args must be a UATConfig (got {type(args).__name__}); it carries the balancing settings.")
-        if not train_corpora:
-            raise ValueError("train_corpora is empty; give at least one named training corpus.")
         if processing_class is None:
             raise ValueError("UATTrainer needs processing_class (the tokenizer) to batch inputs and decode translations.")
         self.train_corpora = dict(train_corpora)
@@ -134,37 +92,15 @@ class UATTrainer(Seq2SeqTrainer):
             for name, dataset in corpora.items():
                 if len(dataset) == 0:
                     raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
-        _check_model_columns(self.train_corpora, "Training")
-        if args.is_dynamic:
-            _check_model_columns(self.dev_corpora, "Dev")
-        initial_probabilities = None
-        if args.corpus_probabilities is not None:
-            given = check_corpus_probabilities(
-                args.corpus_probabilities, list(self.train_corpora), positive=args.is_dynamic,
-                reason=f" but strategy {args.strategy!r} starts its scorer from these probabilities",
-            )
-            initial_probabilities = np.array(list(given.values()), dtype=np.float64)
+        check_corpora(self.train_corpora, self.dev_corpora, args)
         if data_collator is None:
             data_collator = DataCollatorForSeq2Seq(processing_class, model=model, label_pad_token_id=IGNORE_INDEX)
         self._references = {name: _references(ds, processing_class, name) for name, ds in self.eval_corpora.items()}
         self.metric_signatures: dict[str, str] = {}
         self._current_references: list[str] | None = None
-
-        seed = args.data_seed if args.data_seed is not None else args.seed
-        self.corpus_sampler = CorpusBatchSampler.from_datasets(
-            self.train_corpora,
-            initial_probabilities,
-            temperature=args.effective_prior_temperature,
-            max_tokens=args.max_tokens,
-            batch_size=None if args.max_tokens else args.per_device_train_batch_size,
-            mix_corpora=args.mix_corpora,
-            mix_pool_batches=args.mix_pool_batches,
-            seed=seed,
-        )
         super().__init__(
             model=model,
             args=args,
-            train_dataset=concatenate_corpora(self.train_corpora),
             eval_dataset=self.eval_corpora or None,
             processing_class=processing_class,
             data_collator=data_collator,
@@ -172,45 +108,17 @@ class UATTrainer(Seq2SeqTrainer):
             callbacks=callbacks,
             **kwargs,
         )
-        self.balancing = CorpusBalancingCallback(
-            self.corpus_sampler,
-            strategy=args.strategy,
-            reward=self._build_reward(),
-            dev_corpora=self.dev_corpora,
-            train_corpora=self.train_corpora,
-            collate_fn=self.data_collator,
-            update_every=args.update_every,
-            dev_batch_tokens=args.dev_batch_tokens,
-            train_batch_tokens=args.dds_train_batch_tokens,
-            scorer_lr=args.scorer_lr,
-            scorer_steps=args.scorer_steps,
-            scorer_prior_fit=args.scorer_prior_fit,
-            prior_temperature=args.effective_prior_temperature,
-            initial_probabilities=initial_probabilities,
-            seed=seed,
-            accelerator=self.accelerator,
-            log_fn=self.log,
-            allow_inexact_resume=args.allow_inexact_resume,
-        )
-        self.add_callback(self.balancing)
+        self.balancing = attach_balancing(self, self.train_corpora, self.dev_corpora)
+        self.balancing.saves_on_save = False  # _save_checkpoint writes the state, before the Trainer's own
+        self.corpus_sampler = self.balancing.sampler
 
-    def _build_reward(self) -> BalancingReward | None:
-        args = self.args
-        if args.strategy == "multiuat":
-            reward = UncertaintyReward(
-                args.measure, args.mc_samples, eos_token_id=_eos_token_id(self.model, self.processing_class),
-                mode=args.mc_batch_mode,
-            )
-            reward.check_model(self.model)
-            return reward
-        if args.strategy == "multidds-s":
-            from .gradient_cosine import GradientCosineReward
+    #: Tells :func:`~uat_hf.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
+    owns_corpus_sampler = True
 
-            return GradientCosineReward(
-                dropout=args.dds_dropout, label_smoothing=args.label_smoothing_factor,
-                per_pair_train_batches=args.dds_per_pair_train_batches,
-            )
-        return None
+    @property
+    def corpus_distribution(self) -> CorpusDistribution:
+        """The live corpus distribution p (its prior, scorer, updates and history)."""
+        return self.balancing.distribution
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
         """As ``Trainer.train``; on resume the sampler and scorer continue from the same checkpoint.
@@ -249,6 +157,21 @@ class UATTrainer(Seq2SeqTrainer):
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
         return corpus_dataloader(self, self.corpus_sampler, self.train_dataset)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        # The balancing state goes into the checkpoint folder first: the Trainer writes trainer_state.json last,
+        # so a folder with a complete trainer state also holds a complete balancing state.
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            self.balancing.save(os.path.join(folder, BALANCING_STATE_FILE))
+        super()._save_checkpoint(model, trial)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """The Trainer's log, with the numbers of the balancing updates since the last training entry."""
+        if not any(key.startswith("eval_") for key in logs):
+            logs = {**logs, **self.balancing.pop_logs()}
+        super().log(logs, start_time)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(
@@ -385,10 +308,3 @@ def _references(dataset: Dataset, tokenizer: Any, name: str | None = None) -> li
         which = f"Evaluation corpus {name!r}" if name is not None else "An evaluation corpus"
         raise ValueError(f"{which} needs a {REFERENCE_COLUMN!r} or 'labels' column (has {dataset.column_names}).")
     return [t.strip() for t in tokenizer.batch_decode(list(dataset["labels"]), skip_special_tokens=True)]
-
-
-def _eos_token_id(model: Any, tokenizer: Any) -> int | None:
-    eos = getattr(getattr(model, "config", None), "eos_token_id", None)
-    if isinstance(eos, (list, tuple)):
-        eos = eos[0] if eos else None
-    return eos if eos is not None else getattr(tokenizer, "eos_token_id", None)

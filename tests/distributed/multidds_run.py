@@ -46,7 +46,7 @@ class RecordProbabilities(TrainerCallback):
                 "step": state.global_step,
                 "updates": balancing.update_count,
                 "p": self.trainer.corpus_sampler.probabilities.tolist(),
-                "psi": balancing.scorer.state_dict() if balancing.scorer is not None else None,
+                "psi": balancing.distribution.scorer.state_dict() if balancing.distribution.scorer is not None else None,
             }
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")

@@ -1,0 +1,155 @@
+"""Corpus balancing wired into a Trainer: one function, for ``UATTrainer`` and for a stock ``Seq2SeqTrainer``.
+
+:func:`attach_balancing` is the only place where the pieces meet: the corpus distribution (from the
+:class:`~uat_hf.uat_config.UATConfig`), the sampler that reads it, the training DataLoader driven by that
+sampler, the reward a dynamic strategy measures, and the callback that updates the distribution. With a
+stock trainer it takes three lines::
+
+    args = UATConfig(output_dir="out", strategy="multiuat", measure="entsent", max_tokens=4096, ...)
+    trainer = Seq2SeqTrainer(model, args, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+                             processing_class=tokenizer)
+    attach_balancing(trainer, train_corpora={"news": news, "law": law}, dev_corpora={"news": ..., "law": ...})
+    trainer.train()
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+import torch
+from datasets import Dataset, concatenate_datasets
+from torch.utils.data import DataLoader
+from transformers import DefaultFlowCallback
+from transformers.trainer_utils import seed_worker
+
+from .callback import CorpusBalancingCallback
+from .rewards import BalancingReward, UncertaintyReward
+from .sampler import CorpusBatchSampler
+from .uat_config import UATConfig
+
+__all__ = ["MODEL_COLUMNS", "attach_balancing", "check_corpora", "concatenate_corpora", "corpus_dataloader"]
+
+MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
+
+
+def attach_balancing(
+    trainer: Any,
+    train_corpora: Mapping[str, Dataset],
+    dev_corpora: Mapping[str, Dataset] | None = None,
+    config: UATConfig | None = None,
+) -> CorpusBalancingCallback:
+    """Make ``trainer`` train on named corpora mixed by the strategy of ``config`` (default: ``trainer.args``,
+    which must then be a :class:`~uat_hf.uat_config.UATConfig`); returns the balancing callback.
+
+    The trainer's training data becomes the corpora's concatenation, read through a
+    :class:`~uat_hf.sampler.CorpusBatchSampler` (its ``get_train_dataloader`` is replaced on this instance
+    unless it is a ``UATTrainer``, which does so itself). ``dev_corpora`` are the trusted dev sets a
+    dynamic strategy measures, one per training corpus. The callback goes right after the Trainer's flow
+    callback, so the balancing numbers it adds to a log entry reach every logger.
+    """
+    config = trainer.args if config is None else config
+    if not isinstance(config, UATConfig):
+        raise TypeError(
+            f"attach_balancing needs the balancing settings as a UATConfig (got {type(config).__name__}); build the "
+            "trainer's args as UATConfig(...) (it is a Seq2SeqTrainingArguments) or pass config=UATConfig(...)."
+        )
+    check_corpora(train_corpora, dev_corpora, config)
+    seed = config.data_seed if config.data_seed is not None else config.seed
+    sampler = CorpusBatchSampler.from_datasets(
+        train_corpora,
+        config.corpus_distribution({name: len(dataset) for name, dataset in train_corpora.items()}),
+        max_tokens=config.max_tokens,
+        batch_size=None if config.max_tokens else config.per_device_train_batch_size,
+        mix_corpora=config.mix_corpora,
+        mix_pool_batches=config.mix_pool_batches,
+        seed=seed,
+    )
+    callback = CorpusBalancingCallback(
+        sampler,
+        reward=balancing_reward(config, trainer.model, trainer.processing_class),
+        dev_corpora=dev_corpora,
+        train_corpora=train_corpora,
+        collate_fn=trainer.data_collator,
+        update_every=config.update_every,
+        dev_batch_tokens=config.dev_batch_tokens,
+        train_batch_tokens=config.dds_train_batch_tokens,
+        seed=seed,
+        accelerator=trainer.accelerator,
+        allow_inexact_resume=config.allow_inexact_resume,
+    )
+    trainer.train_dataset = concatenate_corpora(train_corpora)
+    if not getattr(trainer, "owns_corpus_sampler", False):
+        trainer.get_train_dataloader = functools.partial(corpus_dataloader, trainer, sampler, trainer.train_dataset)
+    callbacks = trainer.callback_handler.callbacks
+    flow = next((i for i, c in enumerate(callbacks) if isinstance(c, DefaultFlowCallback)), -1)
+    callbacks.insert(flow + 1, callback)
+    return callback
+
+
+def check_corpora(train_corpora: Mapping[str, Dataset], dev_corpora: Mapping[str, Dataset] | None,
+                  config: UATConfig) -> None:
+    """Refuse corpora the balancing cannot use, naming the corpus: none at all, or not tokenized."""
+    if not train_corpora:
+        raise ValueError("train_corpora is empty; give at least one named training corpus.")
+    _check_model_columns(train_corpora, "Training")
+    if config.is_dynamic:
+        _check_model_columns(dev_corpora or {}, "Dev")
+
+
+def balancing_reward(config: UATConfig, model: Any, tokenizer: Any) -> BalancingReward | None:
+    """What the strategy of ``config`` measures on ``model``: ``None`` for static strategies."""
+    if config.strategy == "multiuat":
+        reward = UncertaintyReward(config.measure, config.mc_samples, eos_token_id=_eos_token_id(model, tokenizer),
+                                   mode=config.mc_batch_mode)
+        reward.check_model(model)
+        return reward
+    if config.strategy == "multidds-s":
+        from .gradient_cosine import GradientCosineReward
+
+        return GradientCosineReward(dropout=config.dds_dropout, label_smoothing=config.label_smoothing_factor,
+                                    per_pair_train_batches=config.dds_per_pair_train_batches)
+    return None
+
+
+def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Dataset) -> DataLoader:
+    """The training DataLoader of ``trainer`` driven by ``sampler``, prepared by its accelerator."""
+    args = trainer.args
+    columns = [c for c in dataset.column_names if c in MODEL_COLUMNS]
+    dataloader = DataLoader(
+        dataset.select_columns(columns),
+        batch_sampler=sampler,
+        collate_fn=trainer.data_collator,
+        num_workers=args.dataloader_num_workers,
+        pin_memory=args.dataloader_pin_memory and torch.cuda.is_available(),
+        persistent_workers=args.dataloader_persistent_workers and args.dataloader_num_workers > 0,
+        prefetch_factor=args.dataloader_prefetch_factor if args.dataloader_num_workers > 0 else None,
+        # A partial of a module-level function, not a lambda: worker processes started with ``spawn`` (macOS,
+        # Windows) receive it pickled.
+        worker_init_fn=functools.partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
+    )
+    return trainer.accelerator.prepare(dataloader)
+
+
+def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
+    """The corpora's model columns concatenated in the dict's order (the sampler's global index space)."""
+    _check_model_columns(corpora, "Training")
+    parts = [dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]) for dataset in corpora.values()]
+    return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+
+
+def _check_model_columns(corpora: Mapping[str, Dataset], kind: str) -> None:
+    for name, dataset in corpora.items():
+        missing = [c for c in ("input_ids", "labels") if c not in dataset.column_names]
+        if missing:
+            raise ValueError(
+                f"{kind} corpus {name!r} lacks the column(s) {missing} (has {dataset.column_names}); "
+                "tokenize it first (uat_hf.corpora.tokenize_corpus)."
+            )
+
+
+def _eos_token_id(model: Any, tokenizer: Any) -> int | None:
+    eos = getattr(getattr(model, "config", None), "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return eos if eos is not None else getattr(tokenizer, "eos_token_id", None)

@@ -1,0 +1,191 @@
+"""The corpus distribution p, and the one object that owns it.
+
+p is what the library exists to change, so exactly one object holds it: :class:`CorpusDistribution`. It
+owns the prior p starts from, the scorer ψ of a dynamic strategy, the count of balancing updates and
+their history. Static strategies keep p at the prior for the whole run; dynamic ones sample with the
+prior until the first update, then with softmax(ψ). The sampler only reads p from here (and records
+where each change took effect); the callback only asks for updates; a checkpoint saves the whole of it
+in one piece, and loading checks that p, ψ and the update count agree.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .priors import STATIC_TEMPERATURES, temperature_prior, validate_probabilities
+from .scorer import CorpusScorer, NonFiniteRewardError
+
+__all__ = ["CorpusDistribution", "DYNAMIC_STRATEGIES", "STATIC_STRATEGIES", "STRATEGIES"]
+
+logger = logging.getLogger(__name__)
+
+#: Static strategies: p is fixed for the whole run. ``fixed`` samples with hand-given probabilities.
+STATIC_STRATEGIES: tuple[str, ...] = tuple(STATIC_TEMPERATURES) + ("fixed",)
+#: Dynamic strategies: a scorer re-learns p every ``update_every`` steps.
+DYNAMIC_STRATEGIES: tuple[str, ...] = ("multiuat", "multidds-s")
+STRATEGIES: tuple[str, ...] = STATIC_STRATEGIES + DYNAMIC_STRATEGIES
+
+_STATE_FORMAT = 1
+
+
+class CorpusDistribution:
+    """The live distribution p over named corpora, its prior, its scorer, its updates and their history.
+
+    Args:
+        names: corpus names, in the order of every probability vector.
+        prior: the distribution p starts from (validated once, here).
+        strategy: one of :data:`STRATEGIES`; a dynamic one needs ``scorer``.
+        scorer: the learned ψ of a dynamic strategy (fitted to ``prior``), ``None`` for a static one.
+    """
+
+    def __init__(self, names: Sequence[str], prior: Sequence[float], *, strategy: str = "fixed",
+                 scorer: CorpusScorer | None = None) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"Unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+        self.names: list[str] = [str(n) for n in names]
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"Corpus names must be unique, got {self.names}.")
+        self.strategy = strategy
+        self._prior = validate_probabilities(prior, self.names)
+        if (strategy in DYNAMIC_STRATEGIES) != (scorer is not None):
+            raise ValueError(f"Strategy {strategy!r} " + ("needs a scorer." if scorer is None else "has no scorer."))
+        if scorer is not None and scorer.names != self.names:
+            raise ValueError(f"The scorer is for corpora {scorer.names}, the distribution for {self.names}.")
+        self.scorer = scorer
+        self._p = self._prior.copy()
+        #: Balancing updates asked for, skipped ones included (the seed of each update's dev batches).
+        self.update_count = 0
+        #: Times p changed; a reader that remembers it knows whether p moved since it last looked.
+        self.version = 0
+        #: One record per update: step, rewards, the p that followed (or why the update was skipped), ...
+        self.history: list[dict[str, Any]] = []
+
+    @classmethod
+    def for_strategy(
+        cls,
+        strategy: str,
+        sizes: Mapping[str, int],
+        *,
+        temperature: float | None = None,
+        probabilities: Sequence[float] | None = None,
+        scorer_lr: float = 1e-4,
+        scorer_steps: int = 200,
+        scorer_prior_fit: str = "released",
+    ) -> "CorpusDistribution":
+        """The distribution a strategy starts from: the hand-given ``probabilities``, else the τ prior over
+        the corpus ``sizes`` (τ: ``temperature``, else the strategy's own; 1 for dynamic strategies)."""
+        names = list(sizes)
+        if probabilities is not None:
+            prior = np.asarray(probabilities, dtype=np.float64)
+        else:
+            tau = temperature if temperature is not None else STATIC_TEMPERATURES.get(strategy, 1.0)
+            prior = temperature_prior(dict(sizes), tau)
+        scorer = None
+        if strategy in DYNAMIC_STRATEGIES:
+            scorer = CorpusScorer(names, prior, lr=scorer_lr, steps=scorer_steps, prior_fit=scorer_prior_fit)
+        return cls(names, prior, strategy=strategy, scorer=scorer)
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def probabilities(self) -> np.ndarray:
+        """p now (a float64 copy)."""
+        return self._p.copy()
+
+    @property
+    def prior(self) -> np.ndarray:
+        return self._prior.copy()
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.scorer is not None
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(self.names, self._p.tolist()))
+
+    # ------------------------------------------------------------------ changing p
+    def set_probabilities(self, probabilities: Sequence[float] | Mapping[str, float]) -> None:
+        """Set p by hand (a custom balancer, or a test); readers see it from their next batch on."""
+        if isinstance(probabilities, Mapping):
+            if set(probabilities) != set(self.names) or len(probabilities) != len(self.names):
+                raise ValueError(f"Probabilities must name exactly the corpora {self.names}, got {list(probabilities)}.")
+            probabilities = [probabilities[name] for name in self.names]
+        self._p = validate_probabilities(probabilities, self.names)
+        self.version += 1
+
+    def update(self, rewards: Sequence[float], record: dict[str, Any]) -> dict[str, Any]:
+        """One balancing update with one reward per corpus: ψ moves, p = softmax(ψ).
+
+        Non-finite rewards skip the update (p stays, the record says why). ``record`` (the step, the
+        measure, extras of the reward) is completed with the rewards and the resulting p, added to the
+        history and returned.
+        """
+        if self.scorer is None:
+            raise ValueError(f"Strategy {self.strategy!r} keeps p fixed; it has no balancing update.")
+        self.update_count += 1
+        record["rewards"] = dict(zip(self.names, map(float, rewards)))
+        try:
+            self._p = self.scorer.update(rewards)
+            self.version += 1
+        except NonFiniteRewardError as error:
+            logger.warning("Skipping the balancing update at step %s: %s. p stays %s.", record.get("step", "?"), error,
+                           dict(zip(self.names, self._p.round(4).tolist())))
+            record["skipped"] = str(error)
+        record["probabilities"] = self.as_dict()
+        self.history.append(record)
+        return record
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable: p, the prior, the scorer, the counts and the history (floats round-trip exactly)."""
+        return {
+            "format": _STATE_FORMAT,
+            "strategy": self.strategy,
+            "names": list(self.names),
+            "prior": self._prior.tolist(),
+            "probabilities": self._p.tolist(),
+            "update_count": self.update_count,
+            "version": self.version,
+            "scorer": self.scorer.state_dict() if self.scorer is not None else None,
+            "history": [dict(record) for record in self.history],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict` after checking it belongs to this run and agrees with itself."""
+        if state.get("format") != _STATE_FORMAT:
+            raise ValueError(f"Unsupported corpus distribution state format {state.get('format')!r} "
+                             f"(expected {_STATE_FORMAT}).")
+        if state["strategy"] != self.strategy:
+            raise ValueError(
+                f"The checkpoint was trained with strategy {state['strategy']!r}, this run uses {self.strategy!r}; "
+                "resume with the same strategy or start a new run."
+            )
+        if list(state["names"]) != self.names:
+            raise ValueError(f"The checkpoint's corpora are {list(state['names'])}, this run's {self.names}; "
+                             "resume with the same corpora in the same order.")
+        validate_probabilities(state["probabilities"], self.names)
+        probabilities = np.asarray(state["probabilities"], dtype=np.float64)  # as saved, bit for bit
+        prior = np.asarray(state["prior"], dtype=np.float64)
+        update_count, version = int(state["update_count"]), int(state["version"])
+        if self.scorer is not None:
+            self.scorer.load_state_dict(state["scorer"])
+            # p is softmax(ψ) once an update went through, the prior before: anything else is a corrupt state.
+            expected = self.scorer.probabilities if version > 0 else prior
+            if not np.array_equal(probabilities, expected):
+                raise ValueError(
+                    f"Inconsistent corpus distribution state: p = {probabilities.tolist()} but "
+                    + (f"softmax(ψ) = {expected.tolist()}" if version > 0 else f"the prior is {expected.tolist()}")
+                    + f" (after {version} changes of p); the checkpoint is corrupt."
+                )
+        if len(state["history"]) != update_count:
+            raise ValueError(f"Inconsistent corpus distribution state: {len(state['history'])} history records for "
+                             f"{update_count} updates; the checkpoint is corrupt.")
+        self._prior, self._p = prior, probabilities
+        self.update_count, self.version = update_count, version
+        self.history = [dict(record) for record in state["history"]]
+
+    def __repr__(self) -> str:
+        p = ", ".join(f"{n}={v:.4f}" for n, v in zip(self.names, self._p))
+        return f"CorpusDistribution({self.strategy}: {p}; updates={self.update_count})"
