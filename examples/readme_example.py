@@ -1,21 +1,25 @@
-"""The README's minimal example, kept as a file so that the test suite runs it exactly as printed there."""
+"""The README's Python example, kept as a file so that the test suite runs it exactly as printed there
+(tests/test_readme.py also checks that it prints the table the README shows)."""
+
+from transformers import set_seed
 
 from uat_hf import UATConfig, UATTrainer
 from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.presets import build_model
 from uat_hf.tokenization import train_joint_tokenizer
 
-# Four English→German domains of different sizes, bundled with the package (first 2,000 pairs each).
-specs = corpus_specs_from_directory(BUNDLED_DIR / "multidomain-en-de", "en", "de", max_examples=2000)
+# Four English→German domains of different sizes, bundled with the package (5K to 20K training pairs).
+specs = corpus_specs_from_directory(BUNDLED_DIR / "multidomain-en-de", "en", "de")
 tokenizer = train_joint_tokenizer([load_corpus_split(s, "train") for s in specs], vocab_size=2000)
-data = load_corpora(specs, tokenizer, max_source_length=64, max_target_length=64)
+data = load_corpora(specs, tokenizer, max_source_length=64, max_target_length=64)  # {split: {corpus: Dataset}}
 
 args = UATConfig(
     output_dir="uat_example",
-    strategy="multiuat",      # or proportional / temperature / uniform / multidds-s
+    strategy="multiuat",      # or proportional / temperature / uniform / fixed / multidds-s
     measure="enteos",         # pretp, exptp, vartp, comev, entsent, enteos
     mc_samples=5,             # K Monte Carlo dropout passes (paper: 30)
     update_every=20,          # S optimizer steps between re-balancing (paper: 1000-2000)
+    scorer_lr=1e-2,           # paper: 1e-4; larger so that p moves within 40 steps
     max_tokens=1024,          # token budget per batch
     max_steps=40,
     learning_rate=1e-3,
@@ -23,6 +27,7 @@ args = UATConfig(
     generation_num_beams=1,
     report_to=[],
 )
+set_seed(args.seed)  # before build_model draws the weights (the Trainer seeds only when it is created)
 trainer = UATTrainer(
     build_model("tiny", tokenizer),
     args,
@@ -32,6 +37,11 @@ trainer = UATTrainer(
     processing_class=tokenizer,
 )
 trainer.train()
-metrics = trainer.evaluate()
-print({k: round(v, 2) for k, v in metrics.items() if k.endswith(("_bleu", "_chrf"))})
-print("p =", dict(zip(trainer.corpus_sampler.names, trainer.corpus_sampler.probabilities.round(3).tolist())))
+metrics = trainer.evaluate()  # eval_<corpus>_bleu, eval_<corpus>_chrf, eval_mean_bleu, eval_mean_chrf
+p = trainer.corpus_distribution  # p.prior: where p started (∝ corpus size, τ = 1); p.probabilities: p now
+
+print(f"{'corpus':<14}{'pairs':>6}{'p start':>9}{'p end':>7}{'BLEU':>7}{'chrF':>7}")
+for name, p_start, p_end in zip(p.names, p.prior, p.probabilities):
+    bleu, chrf = metrics[f"eval_{name}_bleu"], metrics[f"eval_{name}_chrf"]
+    print(f"{name:<14}{len(data['train'][name]):>6}{p_start:>9.3f}{p_end:>7.3f}{bleu:>7.2f}{chrf:>7.2f}")
+print(f"{'mean':<36}{metrics['eval_mean_bleu']:>7.2f}{metrics['eval_mean_chrf']:>7.2f}")
