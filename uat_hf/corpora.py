@@ -20,7 +20,6 @@ on memory-mapped Arrow data, so re-running a recipe does not redo the work.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -30,7 +29,8 @@ from transformers import PreTrainedTokenizerBase
 
 from .corpus_files import FILE_BUILDERS, builder_for, corpus_files, csv_kwargs, invalid_utf8_message
 from .corpus_files import may_be_invalid_utf8, text_files
-from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_unreachable
+from .names import check_unique_names
+from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_id, is_hub_unreachable
 from .tokenization import check_tags_in_vocab
 
 __all__ = [
@@ -57,7 +57,6 @@ BUNDLED_DIR: Path = Path(__file__).parent / "bundled"
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 _DEFAULT_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 _TRANSLATION_FIELD = "translation"
-_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 #: How corpus NAMEs of a directory map to language pairs (aliases included).
 DIRECTIONS = {
     "multi-domain": "multi-domain",
@@ -353,7 +352,7 @@ def load_corpora(
     checked to be single tokens of ``tokenizer`` before any data is read). A split a spec does not define
     (``None`` for local files) is left out of that split's dict.
     """
-    _check_unique_names(specs)
+    check_unique_names(spec.name for spec in specs)
     preprocessing = preprocessing or PreprocessingConfig()
     tag_of = corpus_tags(specs, tags)
     check_tags_in_vocab(tokenizer, sorted({tag for tag in tag_of.values() if tag}))
@@ -380,13 +379,6 @@ def load_corpora(
 def _check_split(split: str) -> None:
     if split not in SPLITS:
         raise ValueError(f"Unknown split {split!r}; use one of {list(SPLITS)}.")
-
-
-def _check_unique_names(specs: Sequence[CorpusSpec]) -> None:
-    names = [spec.name for spec in specs]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ValueError(f"Corpus names must be unique; repeated: {duplicates}.")
 
 
 def _select_corpora(
@@ -426,7 +418,7 @@ def _load_raw(spec: CorpusSpec, split: str, location: str, cache_dir: str | None
     file = Path(location)
     builder = builder_for(file)
     if builder is None:
-        if file.is_dir() or (_HUB_ID.fullmatch(location) and not file.exists()):
+        if file.is_dir() or is_hub_id(location):
             # A Hub id or a directory laid out like a Hub repo given directly as the split value.
             return _load_hub(spec, location, _DEFAULT_HUB_SPLITS[split], split, cache_dir)
         raise ValueError(

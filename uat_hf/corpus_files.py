@@ -11,6 +11,8 @@ from typing import Iterable, Sequence
 
 import fsspec
 
+from .hub_errors import caused_by
+
 #: File suffix (after an optional compression suffix) → datasets packaged builder.
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".tsv": "csv", ".csv": "csv", ".parquet": "parquet"}
 COMPRESSION_SUFFIXES = {".gz", ".bz2", ".xz", ".zst", ".lz4"}
@@ -74,14 +76,7 @@ def may_be_invalid_utf8(error: BaseException) -> bool:
     (JSON arrays: the JSON parser's own "Invalid octet in UTF-8 sequence")."""
     from datasets.exceptions import DatasetGenerationError
 
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, (UnicodeDecodeError, DatasetGenerationError)):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return caused_by(error, (UnicodeDecodeError, DatasetGenerationError))
 
 
 def text_files(location: Path) -> list[Path]:

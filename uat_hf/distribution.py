@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .names import check_exact_names, check_unique_names
 from .priors import STATIC_TEMPERATURES, temperature_prior, validate_probabilities
 from .scorer import CorpusScorer, NonFiniteRewardError
 
@@ -46,8 +47,7 @@ class CorpusDistribution:
         if strategy not in STRATEGIES:
             raise ValueError(f"Unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}.")
         self.names: list[str] = [str(n) for n in names]
-        if len(set(self.names)) != len(self.names):
-            raise ValueError(f"Corpus names must be unique, got {self.names}.")
+        check_unique_names(self.names, "Corpus names must be unique, got {names}.")
         self.strategy = strategy
         self._prior = validate_probabilities(prior, self.names)
         if (strategy in DYNAMIC_STRATEGIES) != (scorer is not None):
@@ -109,8 +109,8 @@ class CorpusDistribution:
     def set_probabilities(self, probabilities: Sequence[float] | Mapping[str, float]) -> None:
         """Set p by hand (a custom balancer, or a test); readers see it from their next batch on."""
         if isinstance(probabilities, Mapping):
-            if set(probabilities) != set(self.names) or len(probabilities) != len(self.names):
-                raise ValueError(f"Probabilities must name exactly the corpora {self.names}, got {list(probabilities)}.")
+            check_exact_names(probabilities, self.names,
+                              missing="Probabilities must name exactly the corpora {expected}, got {given}.")
             probabilities = [probabilities[name] for name in self.names]
         self._p = validate_probabilities(probabilities, self.names)
         self.version += 1

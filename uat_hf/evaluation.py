@@ -36,7 +36,9 @@ from .corpora import (
     load_corpus_split,
     preprocess,
 )
+from .hub_errors import is_hub_id
 from .metrics import translation_scores
+from .names import check_unique_names
 from .sampler import longest_first
 from .tokenization import load_tokenizer
 
@@ -78,9 +80,7 @@ def load_translation_model(
 
     ``device`` defaults to CUDA when available. Remote code is never executed.
     """
-    path = Path(model_name_or_path)
-    looks_local = path.is_absolute() or model_name_or_path.startswith((".", "~")) or model_name_or_path.count("/") > 1
-    if not path.is_dir() and (path.exists() or looks_local):
+    if not Path(model_name_or_path).is_dir() and not is_hub_id(model_name_or_path):
         raise FileNotFoundError(
             f"Model {model_name_or_path!r} is neither a model directory (save_pretrained / trainer.save_model "
             "output) nor a Hub model id (e.g. 'Helsinki-NLP/opus-mt-en-de')."
@@ -141,10 +141,7 @@ def load_eval_sets(
     in-domain and out-of-domain specs in one call so they are tagged as the model was trained.
     ``max_sentences`` keeps the first N pairs of each set (quick checks; report full sets).
     """
-    names = [spec.name for spec in specs]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ValueError(f"Test set names must be unique; repeated: {repeated}.")
+    check_unique_names((spec.name for spec in specs), "Test set names must be unique; repeated: {repeated}.")
     if max_sentences is not None and max_sentences < 1:
         raise ValueError(f"max_sentences must be >= 1 (or None for whole sets), got {max_sentences}.")
     tag_of = corpus_tags(specs, tags)

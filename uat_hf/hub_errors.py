@@ -1,14 +1,39 @@
-"""A clear error for a Hugging Face Hub id that cannot be loaded on this machine (offline, or no network).
+"""Hugging Face Hub ids: what counts as one, and a clear error for one that cannot be loaded here.
 
-``datasets`` and ``transformers`` report it as a bare ``ConnectionError`` / ``OSError`` from deep inside
-their loaders; :class:`HubUnavailableError` says what was asked for and what to do instead.
+:func:`is_hub_id` is the one rule by which recipes, models, tokenizers and corpora tell a Hub repository
+id (``org/name``) from a local path. ``datasets`` and ``transformers`` report a Hub id that cannot be
+reached (offline, or no network) as a bare ``ConnectionError`` / ``OSError`` from deep inside their
+loaders; :class:`HubUnavailableError` says what was asked for and what to do instead.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
-__all__ = ["HubUnavailableError", "hub_unavailable_message", "is_hub_unreachable"]
+__all__ = ["HUB_ID", "HubUnavailableError", "caused_by", "hub_unavailable_message", "is_hub_id", "is_hub_unreachable"]
+
+#: A Hub repository id: ``org/name`` (letters, digits, ``_``, ``.`` and ``-`` on each side of one slash).
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` reads as a Hub repository id ``org/name`` and is no existing local path."""
+    return bool(HUB_ID.fullmatch(name)) and not Path(name).exists()
+
+
+def caused_by(error: BaseException, types: type[BaseException] | tuple[type[BaseException], ...]) -> bool:
+    """Whether ``error``, or an error it was raised from or while handling (``__cause__`` / ``__context__``,
+    followed to the end, each error once), is an instance of ``types``."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, types):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class HubUnavailableError(ConnectionError, ValueError):
@@ -24,14 +49,7 @@ def is_hub_unreachable(error: BaseException) -> bool:
     were not cached: ``huggingface_hub``'s ``OfflineModeIsEnabled`` / ``LocalEntryNotFoundError``."""
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
 
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, (LocalEntryNotFoundError, OfflineModeIsEnabled)):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return caused_by(error, (LocalEntryNotFoundError, OfflineModeIsEnabled))
 
 
 def hub_offline() -> bool:

@@ -8,7 +8,6 @@ model trained from a preset and a pretrained checkpoint. The presets use fairseq
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_unreachable
+from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_id, is_hub_unreachable
 
 _FAIRSEQ_STYLE: dict[str, Any] = {
     "activation_function": "relu",
@@ -61,7 +60,6 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": _transformer(layers=1, heads=2, d_model=32, ffn=64, dropout=0.1, max_positions=128),
 }
 
-_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 _DEFAULT_NUM_BEAMS = 4
 _DEFAULT_GENERATION_MAX_LENGTH = 256
 
@@ -91,7 +89,7 @@ def build_model(
         model = _model_from_preset(preset_or_path, tokenizer, overrides)
         num_beams = _DEFAULT_NUM_BEAMS if num_beams is None else num_beams
         max_length = max_length or min(_DEFAULT_GENERATION_MAX_LENGTH, model.config.max_position_embeddings)
-    elif Path(preset_or_path).is_dir() or (_HUB_ID.fullmatch(preset_or_path) and not Path(preset_or_path).exists()):
+    elif Path(preset_or_path).is_dir() or is_hub_id(preset_or_path):
         model = _pretrained_model(preset_or_path, tokenizer, overrides)
     else:
         raise ValueError(

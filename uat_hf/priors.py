@@ -12,6 +12,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .names import check_exact_names
+
 #: Static strategies and the prior temperature each one means (paper, section 2).
 STATIC_TEMPERATURES: dict[str, float] = {"proportional": 1.0, "temperature": 5.0, "uniform": math.inf}
 
@@ -93,18 +95,13 @@ def check_corpus_probabilities(
         values[str(name)] = number
     if names is not None:
         names = list(names)
-        missing = [n for n in names if n not in values]
-        extra = [n for n in values if n not in names]
-        if missing:
-            raise ValueError(
-                f"corpus_probabilities has no probability for training corpus {missing[0]!r}; "
-                f"give one for each of {names}."
-            )
-        if extra:
-            raise ValueError(
-                f"corpus_probabilities names corpus {extra[0]!r}, which is not a training corpus "
-                f"(training corpora: {names})."
-            )
+        check_exact_names(
+            values, names,
+            missing="corpus_probabilities has no probability for training corpus {name!r}; give one for each of "
+            "{expected}.",
+            extra="corpus_probabilities names corpus {name!r}, which is not a training corpus (training corpora: "
+            "{expected}).",
+        )
         values = {n: values[n] for n in names}
     total = math.fsum(values.values())
     if abs(total - 1.0) > atol:

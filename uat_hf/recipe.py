@@ -21,20 +21,18 @@ It is stored as ``recipe.yaml`` in a local directory or a Hub repository, so tha
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import yaml
 from huggingface_hub import hf_hub_download
 
-from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_unreachable
+from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_id, is_hub_unreachable
 
 __all__ = ["RECIPE_FILE", "MODEL_CARD_FILE", "Recipe"]
 
 RECIPE_FILE = "recipe.yaml"
 MODEL_CARD_FILE = "README.md"
-_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
 class Recipe(Mapping[str, Any]):
@@ -129,7 +127,7 @@ class Recipe(Mapping[str, Any]):
             if not file.is_file():
                 raise FileNotFoundError(f"Directory {location!r} has no {filename}; save one with Recipe.save_pretrained.")
             return cls.from_yaml_file(file)
-        if _HUB_ID.fullmatch(location) and not location.endswith((".yaml", ".yml")):
+        if is_hub_id(location) and not location.endswith((".yaml", ".yml")):
             try:
                 downloaded = hf_hub_download(
                     repo_id=location,

@@ -39,6 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .names import check_exact_names, check_unique_names
 from .priors import validate_probabilities
 
 __all__ = ["CorpusScorer", "NonFiniteRewardError", "PRIOR_FITS", "RELEASED_FIT_TOLERANCE"]
@@ -166,8 +167,7 @@ class CorpusScorer:
         self.names: list[str] = [str(n) for n in names]
         if not self.names:
             raise ValueError("CorpusScorer needs at least one corpus name.")
-        if len(set(self.names)) != len(self.names):
-            raise ValueError(f"Corpus names must be unique, got {self.names}.")
+        check_unique_names(self.names, "Corpus names must be unique, got {names}.")
         self.lr, self.steps, self.betas = self._check_hparams(lr, steps, betas)
         self.prior_fit = self._check_prior_fit(prior_fit)
         self._prior = self._check_prior(prior)
@@ -320,13 +320,9 @@ class CorpusScorer:
 
     def _rewards_array(self, rewards: Sequence[float] | Mapping[str, float]) -> np.ndarray:
         if isinstance(rewards, Mapping):
-            keys = [str(k) for k in rewards]
-            missing = [n for n in self.names if n not in keys]
-            extra = [k for k in keys if k not in self.names]
-            if missing or extra:
-                raise ValueError(
-                    f"Rewards must name exactly the scorer's corpora {self.names}; missing {missing}, unknown {extra}."
-                )
+            check_exact_names([str(k) for k in rewards], self.names,
+                              missing="Rewards must name exactly the scorer's corpora {expected}; missing {missing}, "
+                              "unknown {extra}.")
             by_name = {str(k): v for k, v in rewards.items()}
             values = [by_name[n] for n in self.names]
         else:

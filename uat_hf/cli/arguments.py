@@ -14,12 +14,13 @@ message that names the field and the value.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..corpora import BUNDLED_DIR, DIRECTIONS, SPLITS, CorpusSpec
+from ..hub_errors import is_hub_id
+from ..names import check_unique_names
 from ..presets import MODEL_PRESETS
 
 __all__ = [
@@ -37,7 +38,6 @@ EVAL_SPLITS = ("dev", "test")
 LANGUAGE_TAG_MODES = ("auto", "target", "none")
 TOKENIZER_MODELS = ("bpe", "unigram")
 _SPEC_FIELDS = {f.name for f in fields(CorpusSpec)}
-_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
 def resolve_bundled(path: str | None) -> str | None:
@@ -82,10 +82,8 @@ def _as_list_of_mappings(value: Any, name: str) -> list[dict] | None:
         if missing:
             raise ValueError(f"{name}[{i}] ({item.get('name', '?')}): missing required field(s) {missing}.")
         result.append(dict(item))
-    names = [item["name"] for item in result]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"{name}: corpus names must be unique; repeated: {duplicates}.")
+    check_unique_names((item["name"] for item in result), "{field}: corpus names must be unique; repeated: {repeated}.",
+                       field=name)
     return result
 
 
@@ -322,7 +320,7 @@ class ModelArguments:
         if not self.model_name_or_path:
             raise ValueError("model_name_or_path is empty; give a preset name, a model directory or a Hub id.")
         name = self.model_name_or_path
-        if name not in MODEL_PRESETS and not Path(name).is_dir() and not (_HUB_ID.fullmatch(name) and not Path(name).exists()):
+        if name not in MODEL_PRESETS and not Path(name).is_dir() and not is_hub_id(name):
             raise ValueError(
                 f"model_name_or_path {name!r} is not a preset ({', '.join(MODEL_PRESETS)}), not a local model "
                 "directory and not a Hub id of the form org/name."

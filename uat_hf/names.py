@@ -1,0 +1,52 @@
+"""The two rules every input keyed by corpus name obeys, written once.
+
+Corpora are named everywhere (specs, probabilities, rewards, dev sets, test sets), and every layer checks
+the same two things: a list of names holds each name once (:func:`check_unique_names`), and a mapping
+names exactly the corpora it is for (:func:`check_exact_names`). Each caller keeps its own words -- the
+messages say what was given where -- but the rule, and the order in which names at fault are reported,
+is this module's. Pure Python: every layer may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+__all__ = ["check_exact_names", "check_unique_names", "repeated_names"]
+
+
+def repeated_names(names: Iterable[Any]) -> list[Any]:
+    """The names that occur more than once in ``names``, sorted."""
+    names = list(names)
+    return sorted({name for name in names if names.count(name) > 1})
+
+
+def check_unique_names(names: Iterable[Any], message: str = "Corpus names must be unique; repeated: {repeated}.",
+                       **fields: Any) -> None:
+    """Raise ``ValueError`` when a name occurs twice in ``names``.
+
+    ``message`` is a ``str.format`` template: ``{repeated}`` the repeated names (sorted), ``{names}`` all of
+    them, plus ``fields``.
+    """
+    names = list(names)
+    repeated = repeated_names(names)
+    if repeated:
+        raise ValueError(message.format(repeated=repeated, names=names, **fields))
+
+
+def check_exact_names(given: Iterable[Any], expected: Sequence[Any], *, missing: str, extra: str | None = None,
+                      **fields: Any) -> None:
+    """Raise ``ValueError`` unless ``given`` names exactly the names ``expected`` (in any order).
+
+    A name of ``expected`` absent from ``given`` is reported with the ``missing`` template, else a name of
+    ``given`` absent from ``expected`` with ``extra`` (default: ``missing``). Both are ``str.format``
+    templates with ``{name}`` (the first name at fault), ``{missing}`` and ``{extra}`` (all of each kind, in
+    the order of ``expected`` and of ``given``), ``{expected}`` and ``{given}`` (as lists), plus ``fields``.
+    """
+    given, expected = list(given), list(expected)
+    absent = [name for name in expected if name not in given]
+    unknown = [name for name in given if name not in expected]
+    values = {"missing": absent, "extra": unknown, "expected": expected, "given": given, **fields}
+    if absent:
+        raise ValueError(missing.format(name=absent[0], **values))
+    if unknown:
+        raise ValueError((extra or missing).format(name=unknown[0], **values))
