@@ -13,15 +13,11 @@ from transformers import DataCollatorForSeq2Seq
 from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback, draw_token_batch, split_by_tokens
 from uat_hf.distribution import CorpusDistribution
 from uat_hf.presets import build_model
-from uat_hf.rewards import (
-    UncertaintyReward,
-    batch_sentence_uncertainty,
-    mc_dropout,
-    target_logits,
-)
+from uat_hf.rewards import target_logits
 from uat_hf.sampler import CorpusBatchSampler
 from uat_hf.uat_config import UATConfig
 from uat_hf.uat_trainer import UATTrainer
+from uat_hf.uncertainty import UncertaintyReward, batch_sentence_uncertainty, mc_dropout
 
 
 @pytest.fixture

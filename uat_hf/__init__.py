@@ -5,7 +5,8 @@ The public API, by layer (imports run one way, top to bottom):
 * math — :func:`temperature_prior`, :data:`MEASURES`, :class:`CorpusScorer`
 * the corpus distribution p, its one owner — :class:`CorpusDistribution`
 * sampling — :class:`CorpusBatchSampler` (reads p)
-* rewards — :class:`UncertaintyReward` (MultiUAT), :class:`GradientCosineReward` (MultiDDS-S)
+* rewards — the interface and model helpers (``rewards``), :class:`UncertaintyReward` (MultiUAT, ``uncertainty``),
+  :class:`GradientCosineReward` (MultiDDS-S, ``gradient_cosine``)
 * callback — :class:`CorpusBalancingCallback`
 * trainer — :class:`UATConfig`, :func:`attach_balancing` (a stock ``Seq2SeqTrainer``), :class:`UATTrainer`
 """
@@ -16,11 +17,11 @@ from .distribution import CorpusDistribution
 from .gradient_cosine import GradientCosineReward
 from .measures import MEASURES, RELEASED_CODE_MEASURES
 from .priors import temperature_prior
-from .rewards import UncertaintyReward
 from .sampler import CorpusBatchSampler
 from .scorer import CorpusScorer
 from .uat_config import UATConfig
 from .uat_trainer import UATTrainer, corpus_dataloader
+from .uncertainty import UncertaintyReward
 
 __version__ = "0.1.0"
 

@@ -24,13 +24,12 @@ from transformers import DefaultFlowCallback
 from transformers.trainer_utils import seed_worker
 
 from .callback import CorpusBalancingCallback
-from .rewards import BalancingReward, UncertaintyReward
+from .rewards import MODEL_COLUMNS, BalancingReward, model_columns
 from .sampler import CorpusBatchSampler
 from .uat_config import UATConfig
+from .uncertainty import UncertaintyReward
 
-__all__ = ["MODEL_COLUMNS", "attach_balancing", "check_corpora", "concatenate_corpora", "corpus_dataloader"]
-
-MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
+__all__ = ["attach_balancing", "check_corpora", "concatenate_corpora", "corpus_dataloader"]
 
 
 def attach_balancing(
@@ -115,9 +114,8 @@ def balancing_reward(config: UATConfig, model: Any, tokenizer: Any) -> Balancing
 def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Dataset) -> DataLoader:
     """The training DataLoader of ``trainer`` driven by ``sampler``, prepared by its accelerator."""
     args = trainer.args
-    columns = [c for c in dataset.column_names if c in MODEL_COLUMNS]
     dataloader = DataLoader(
-        dataset.select_columns(columns),
+        dataset.select_columns([c for c in dataset.column_names if c in MODEL_COLUMNS]),
         batch_sampler=sampler,
         collate_fn=trainer.data_collator,
         num_workers=args.dataloader_num_workers,
@@ -134,7 +132,7 @@ def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Datase
 def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
     """The corpora's model columns concatenated in the dict's order (the sampler's global index space)."""
     _check_model_columns(corpora, "Training")
-    parts = [dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]) for dataset in corpora.values()]
+    parts = [model_columns(dataset) for dataset in corpora.values()]
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 

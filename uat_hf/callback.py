@@ -33,7 +33,8 @@ import torch
 from transformers import TrainerCallback
 
 from .checkpoints import BALANCING_STATE_FILE, write_json_atomically
-from .rewards import BalancingReward
+from .names import check_exact_names
+from .rewards import BalancingReward, model_columns
 from .sampler import CorpusBatchSampler, example_lengths
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class CorpusBalancingCallback(TrainerCallback):
 
     Args:
         sampler: the sampler the training DataLoader iterates.
-        reward: what a dynamic strategy measures (:class:`~uat_hf.rewards.UncertaintyReward` or
+        reward: what a dynamic strategy measures (:class:`~uat_hf.uncertainty.UncertaintyReward` or
             :class:`~uat_hf.gradient_cosine.GradientCosineReward`); ``None`` for static strategies.
         dev_corpora: tokenized trusted dev sets, one per training corpus (same names).
         collate_fn: turns a list of dataset rows into model inputs (the Trainer's data collator).
@@ -125,8 +126,8 @@ class CorpusBalancingCallback(TrainerCallback):
         self.saves_on_save = True
         self._pending_logs: dict[str, float] = {}
         # Only the model's columns, selected once: select_columns builds a new Dataset (and fingerprint) per call.
-        self.dev_corpora = {n: _model_columns(d) for n, d in (dev_corpora or {}).items()}
-        self.train_corpora = {n: _model_columns(d) for n, d in (train_corpora or {}).items()}
+        self.dev_corpora = {n: model_columns(d) for n, d in (dev_corpora or {}).items()}
+        self.train_corpora = {n: model_columns(d) for n, d in (train_corpora or {}).items()}
         if (reward is not None) != self.distribution.is_dynamic:
             raise ValueError(
                 f"Strategy {self.distribution.strategy!r} "
@@ -307,11 +308,6 @@ def _write_history(path: str, records: Sequence[Mapping]) -> None:
         f.writelines(json.dumps(record) + "\n" for record in records)
 
 
-def _model_columns(dataset):
-    columns = [c for c in ("input_ids", "attention_mask", "labels") if c in dataset.column_names]
-    return dataset.select_columns(columns) if len(columns) < len(dataset.column_names) else dataset
-
-
 def _rows(dataset, indices: Sequence[int]) -> list[dict]:
     batch = dataset[np.asarray(indices).tolist()]
     return [dict(zip(batch, values)) for values in zip(*batch.values())]
@@ -322,12 +318,9 @@ def _target_lengths(dataset) -> np.ndarray:
 
 
 def _check_same_corpora(names: Sequence[str], corpora: Mapping[str, Any], kind: str) -> None:
-    missing = [n for n in names if n not in corpora]
-    extra = [n for n in corpora if n not in names]
-    if missing:
-        raise ValueError(f"Training corpus {missing[0]!r} has no {kind} set; give one {kind} set per training corpus.")
-    if extra:
-        raise ValueError(f"{kind.capitalize()} set {extra[0]!r} has no training corpus of the same name.")
+    check_exact_names(corpora, names, kind=kind, Kind=kind.capitalize(),
+                      missing="Training corpus {name!r} has no {kind} set; give one {kind} set per training corpus.",
+                      extra="{Kind} set {name!r} has no training corpus of the same name.")
     for n in names:
         if len(corpora[n]) == 0:
             raise ValueError(f"The {kind} set of corpus {n!r} is empty.")

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .rewards import IGNORE_INDEX, BalancingReward, dropout_active, target_logits
+from .measures import IGNORE_INDEX
+from .rewards import BalancingReward, dropout_active, private_rng, restored_modes, target_logits
 
 DEV_SHARING = ("auto", "recompute", "broadcast")
 
@@ -37,27 +38,18 @@ def gradient_mode(model: nn.Module, seed: int, dropout: bool = False) -> Iterato
     references are still put back afterwards, so even a hook that wrote them cannot leak into training.
     """
     grads = [(p, p.grad) for p in model.parameters()]
-    modes = [(module, module.training) for module in model.modules()]
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     try:
-        if dropout:
-            with dropout_active(model, seed), torch.enable_grad():
-                yield
-        else:
-            model.eval()
-            with torch.random.fork_rng(devices=devices), torch.enable_grad():
-                torch.manual_seed(seed)
-                yield
+        with restored_modes(model):
+            if dropout:
+                with dropout_active(model, seed), torch.enable_grad():
+                    yield
+            else:
+                model.eval()
+                with private_rng(seed), torch.enable_grad():
+                    yield
     finally:
-        for module, training in modes:
-            module.training = training
         for p, grad in grads:
             p.grad = grad
-
-
-def training_dropout(model: nn.Module, seed: int) -> Iterator[None]:
-    """:func:`gradient_mode` with dropout on (kept for callers of the earlier name)."""
-    return gradient_mode(model, seed, dropout=True)
 
 
 def _token_loss_sum(model: nn.Module, batch: Mapping[str, torch.Tensor], label_smoothing: float = 0.0) -> torch.Tensor:

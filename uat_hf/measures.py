@@ -69,8 +69,9 @@ ALL_MEASURES: tuple[str, ...] = MEASURES + RELEASED_CODE_MEASURES
 _ENTROPY_MEASURES = frozenset({"entsent", "enteos"})
 _EOS_MEASURES = frozenset({"enteos"})
 
-#: Label value that Hugging Face collators (``DataCollatorForSeq2Seq``) use for padding.
-HF_LABEL_PAD = -100
+#: Label value of a position that is no target token: what Hugging Face collators (``DataCollatorForSeq2Seq``)
+#: pad labels with, and the ``ignore_index`` of PyTorch's cross-entropy.
+IGNORE_INDEX = -100
 
 
 def _check_measure(measure: str) -> str:
@@ -257,7 +258,7 @@ def eos_positions(labels: Tensor, eos_token_id: int, pad_id_or_mask: Union[int, 
         real = pad_id_or_mask.to(labels.device)
     else:
         pad_id = int(pad_id_or_mask)
-        real = (labels != pad_id) & (labels != HF_LABEL_PAD)
+        real = (labels != pad_id) & (labels != IGNORE_INDEX)
     has_real = real.any(dim=1)
     if not has_real.all():
         raise ValueError(f"Rows {(~has_real).nonzero().flatten().tolist()} of labels have no real position.")

@@ -1,14 +1,15 @@
-"""Model + dev batches → one reward per corpus.
+"""What every balancing reward shares: the interface, and how it runs the model.
 
 A reward is computed in *shares*: each rank does its part of the work and returns partial sums; the
 callback sums them over ranks (one all-reduce) and calls :meth:`BalancingReward.finalize`, which is the
 same on every rank. On one process the share is the whole.
 
-:class:`UncertaintyReward` (MultiUAT) runs K Monte Carlo dropout passes per corpus, teacher-forced on the
-reference prefix, with no autograd, computing the output layer only at real target positions. What is
-different from the authors' code: no graph is built, padding is cut by sorting the dev sentences by length
-into sub-batches, the K·N passes are split across ranks, and the dropout masks come from a forked,
-seeded RNG so that measuring never perturbs the training RNG stream (and a resumed run measures the same).
+The helpers here are the model side both rewards use: the columns a model reads, the logits at real
+target positions only (:func:`target_logits`), and passes whose dropout masks come from a forked, seeded
+RNG with every module's mode restored afterwards (:func:`dropout_active`), so that measuring never
+perturbs training and a resumed run measures the same. The rewards themselves:
+:class:`~uat_hf.uncertainty.UncertaintyReward` (MultiUAT) and
+:class:`~uat_hf.gradient_cosine.GradientCosineReward` (MultiDDS-S).
 """
 
 from __future__ import annotations
@@ -20,9 +21,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from .measures import eos_positions, needs_entropy, needs_eos, position_statistics, sentence_uncertainty
+__all__ = [
+    "MODEL_COLUMNS",
+    "BalancingReward",
+    "dropout_active",
+    "model_columns",
+    "model_device",
+    "private_rng",
+    "restored_modes",
+    "target_logits",
+]
 
-IGNORE_INDEX = -100
+#: The columns of a tokenized corpus that a seq2seq model reads (``target_text`` and the like are not).
+MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
 #: Model types whose logits are ``lm_head(decoder hidden state) [+ final_logits_bias]``: for them the output
 #: layer can be applied to real target positions only.
 _HEAD_ON_HIDDEN_TYPES = {"marian", "bart", "mbart", "pegasus", "m2m_100", "blenderbot", "blenderbot-small"}
@@ -50,6 +61,37 @@ class BalancingReward:
         raise NotImplementedError
 
 
+def model_columns(dataset):
+    """``dataset`` with only its :data:`MODEL_COLUMNS` (the same object when it has no other column)."""
+    columns = [c for c in MODEL_COLUMNS if c in dataset.column_names]
+    return dataset.select_columns(columns) if len(columns) < len(dataset.column_names) else dataset
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@contextlib.contextmanager
+def restored_modes(model: nn.Module) -> Iterator[None]:
+    """Every module's train/eval mode put back exactly as it was on exit, whatever the block changed."""
+    modes = [(module, module.training) for module in model.modules()]
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+@contextlib.contextmanager
+def private_rng(seed: int) -> Iterator[None]:
+    """A forked RNG (CPU and the current CUDA device) seeded with ``seed``: the block draws reproducible
+    numbers and the training stream continues afterwards as if the block had not run."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
 @contextlib.contextmanager
 def dropout_active(model: nn.Module, seed: int) -> Iterator[None]:
     """Dropout on as in training, a private seeded RNG, and every module's mode restored exactly after.
@@ -59,44 +101,13 @@ def dropout_active(model: nn.Module, seed: int) -> Iterator[None]:
     measuring never updates them. The RNG is forked (CPU and the current CUDA device), so the training
     stream is untouched and a resumed run draws the same masks.
     """
-    modes = [(module, module.training) for module in model.modules()]
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    try:
+    with restored_modes(model):
         model.train()
         for module in model.modules():
             if isinstance(module, nn.modules.batchnorm._NormBase):
                 module.eval()
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
+        with private_rng(seed):
             yield
-    finally:
-        for module, training in modes:
-            module.training = training
-
-
-@contextlib.contextmanager
-def mc_dropout(model: nn.Module, seed: int) -> Iterator[None]:
-    """:func:`dropout_active` without autograd: Monte Carlo dropout passes build no graph."""
-    with dropout_active(model, seed), torch.inference_mode():
-        yield
-
-
-def dropout_rates(model: nn.Module) -> dict[str, float]:
-    """Every non-zero dropout rate the model would apply in training mode (config fields and modules)."""
-    rates: dict[str, float] = {}
-    config = getattr(model, "config", None)
-    if config is not None:
-        for key, value in config.to_dict().items():
-            if "dropout" in key and isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                rates[f"config.{key}"] = float(value)
-    for name, module in model.named_modules():
-        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
-            rates[name] = float(module.p)
-    return rates
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 def target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
@@ -118,112 +129,3 @@ def target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: tor
     return model(**inputs).logits[mask]
 
 
-def batch_sentence_uncertainty(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], measure: str, eos_token_id: int | None
-) -> torch.Tensor:
-    """Per-sentence uncertainty [B] of one forward pass (dropout as currently set on the model)."""
-    labels = batch["labels"]
-    mask = labels != IGNORE_INDEX
-    flat_max, flat_entropy = position_statistics(target_logits(model, batch, mask))
-    max_prob = torch.ones(labels.shape, dtype=flat_max.dtype, device=labels.device)
-    max_prob[mask] = flat_max
-    entropy = torch.zeros(labels.shape, dtype=flat_max.dtype, device=labels.device)
-    if needs_entropy(measure):
-        entropy[mask] = flat_entropy
-    eos_index = eos_positions(labels, eos_token_id, mask) if needs_eos(measure) else None
-    return sentence_uncertainty(measure, max_prob, entropy, mask, eos_index)
-
-
-def _repeat(batch: Mapping[str, torch.Tensor], copies: int) -> dict[str, torch.Tensor]:
-    return {k: v.repeat(copies, *([1] * (v.dim() - 1))) for k, v in batch.items()}
-
-
-class UncertaintyReward(BalancingReward):
-    """R(n) = mean over K MC-dropout passes of the dev batch's mean sentence uncertainty (MultiUAT).
-
-    Args:
-        measure: one of :data:`uat_hf.measures.MEASURES` (or a released-code variant).
-        mc_samples: K.
-        eos_token_id: needed by ``enteos``.
-        mode: ``loop`` runs K forward passes; ``replicate`` repeats each sub-batch along the batch axis (each
-            row gets its own dropout mask, so this is K independent passes in one), in chunks of at most
-            ``replicate_tokens`` padded tokens; ``auto`` replicates on GPU and loops on CPU, where separate
-            passes measured faster (30 × 1: 5.1 s vs 1 × 30: 8.2 s, 1000 tokens, 7.7M-parameter Marian).
-    """
-
-    def __init__(
-        self,
-        measure: str,
-        mc_samples: int = 30,
-        *,
-        eos_token_id: int | None = None,
-        mode: str = "auto",
-        replicate_tokens: int = 65536,
-    ) -> None:
-        if mc_samples < 1:
-            raise ValueError(f"mc_samples (K) must be >= 1, got {mc_samples}.")
-        if needs_eos(measure) and eos_token_id is None:
-            raise ValueError(
-                f"Measure {measure!r} needs the EOS token id, but the model/tokenizer defines none "
-                "(model.config.eos_token_id and tokenizer.eos_token_id are both None); set one or choose another measure."
-            )
-        if mode not in ("auto", "loop", "replicate"):
-            raise ValueError(f"mode must be 'auto', 'loop' or 'replicate', got {mode!r}.")
-        self.measure = measure
-        self.mc_samples = int(mc_samples)
-        self.eos_token_id = eos_token_id
-        self.mode = mode
-        self.replicate_tokens = int(replicate_tokens)
-
-    def check_model(self, model: nn.Module) -> None:
-        """MC dropout on a model without dropout measures nothing: refuse before training starts."""
-        if not dropout_rates(model):
-            config = getattr(model, "config", None)
-            fields = {k: v for k, v in (config.to_dict().items() if config is not None else ()) if "dropout" in k}
-            checked = f" (config: {', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else ""
-            raise ValueError(
-                "strategy 'multiuat' measures uncertainty with Monte Carlo dropout, but every dropout rate of the "
-                f"model is 0{checked}. Set a dropout rate (e.g. config.dropout=0.1) or choose a static strategy."
-            )
-
-    def passes_for_rank(self, num_corpora: int, process_index: int, num_processes: int) -> np.ndarray:
-        """How many of each corpus's K passes this rank runs (work item n·K + k goes to rank item mod P)."""
-        items = np.arange(num_corpora * self.mc_samples)
-        mine = items[items % num_processes == process_index]
-        return np.bincount(mine // self.mc_samples, minlength=num_corpora)
-
-    def compute(self, model, dev_batches, train_batches=None, *, process_index=0, num_processes=1, seed=0):
-        device = _model_device(model)
-        counts = self.passes_for_rank(len(dev_batches), process_index, num_processes)
-        replicate = self.mode == "replicate" or (self.mode == "auto" and device.type != "cpu")
-        share = np.zeros(len(dev_batches), dtype=np.float64)
-        with mc_dropout(model, seed):
-            for corpus, (batches, passes) in enumerate(zip(dev_batches, counts)):
-                if passes == 0:
-                    continue
-                batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
-                sentences = sum(int(b["labels"].shape[0]) for b in batches)
-                per_pass = torch.zeros(int(passes), dtype=torch.float64, device=device)
-                for batch in batches:
-                    per_pass += self._pass_sums(model, batch, int(passes), replicate)
-                share[corpus] = float((per_pass / sentences).sum())
-        return {"rewards": share}
-
-    def _pass_sums(self, model, batch, passes: int, replicate: bool) -> torch.Tensor:
-        """Sum of sentence uncertainties of ``batch`` for each of ``passes`` independent dropout passes."""
-        rows, width = batch["labels"].shape[0], max(batch["input_ids"].shape[1], batch["labels"].shape[1])
-        if not replicate:
-            return torch.stack([
-                batch_sentence_uncertainty(model, batch, self.measure, self.eos_token_id).double().sum()
-                for _ in range(passes)
-            ])
-        copies_per_chunk = max(1, self.replicate_tokens // max(rows * width, 1))
-        sums = []
-        for start in range(0, passes, copies_per_chunk):
-            copies = min(copies_per_chunk, passes - start)
-            values = batch_sentence_uncertainty(model, _repeat(batch, copies), self.measure, self.eos_token_id)
-            sums.append(values.double().view(copies, rows).sum(dim=1))
-        return torch.cat(sums)
-
-    def finalize(self, totals):
-        return np.asarray(totals["rewards"], dtype=np.float64) / self.mc_samples, {}

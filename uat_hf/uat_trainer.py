@@ -32,8 +32,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
 from .checkpoints import BALANCING_STATE_FILE, LATEST, checkpoint_problem, last_complete_checkpoint
 from .distribution import CorpusDistribution
+from .measures import IGNORE_INDEX
 from .metrics import macro_average, translation_scores
-from .rewards import IGNORE_INDEX
 from .sampler import example_lengths, longest_first
 from .uat_config import UATConfig
 
