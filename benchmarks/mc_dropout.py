@@ -28,12 +28,11 @@ import psutil
 import torch
 from transformers import DataCollatorForSeq2Seq
 
-from uat_hf.callback import draw_token_batch, split_by_tokens
 from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.measures import eos_positions, position_statistics, sentence_uncertainty
 from uat_hf.presets import build_model, count_parameters
 from uat_hf.uncertainty import UncertaintyReward
-from uat_hf.sampler import example_lengths
+from uat_hf.packing import draw_token_batch, example_lengths, split_by_tokens
 from uat_hf.tokenization import train_joint_tokenizer
 
 

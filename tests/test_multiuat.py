@@ -10,8 +10,9 @@ import torch
 from scipy import stats
 from transformers import DataCollatorForSeq2Seq
 
-from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback, draw_token_batch, split_by_tokens
+from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback
 from uat_hf.distribution import CorpusDistribution
+from uat_hf.packing import draw_token_batch, split_by_tokens
 from uat_hf.presets import build_model
 from uat_hf.rewards import target_logits
 from uat_hf.sampler import CorpusBatchSampler

@@ -35,36 +35,14 @@ from transformers import TrainerCallback
 from .checkpoints import BALANCING_STATE_FILE, write_json_atomically
 from .names import check_exact_names
 from .rewards import BalancingReward, model_columns
-from .sampler import CorpusBatchSampler, example_lengths
+from .packing import draw_token_batch, example_lengths, split_by_tokens
+from .sampler import CorpusBatchSampler
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = BALANCING_STATE_FILE
 _STATE_FORMAT = 2  # 2: the distribution (p, prior, scorer, update count, history) saved in one piece
 HISTORY_FILE = "balancing_history.jsonl"
-
-
-def draw_token_batch(lengths: np.ndarray, target_tokens: int, rng: np.random.Generator) -> np.ndarray:
-    """Random examples (without replacement) until their lengths add up to ``target_tokens``.
-
-    The draw is random, so the reward estimates the whole dev set; the drawn examples are then sorted by
-    length, so that splitting them into sub-batches cuts padding without changing which are measured.
-    """
-    order = rng.permutation(len(lengths))
-    count = int(np.searchsorted(np.cumsum(lengths[order]), target_tokens, side="left")) + 1
-    chosen = order[: min(count, len(order))]
-    return chosen[np.argsort(lengths[chosen], kind="stable")]
-
-
-def split_by_tokens(indices: np.ndarray, lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
-    """Split length-sorted ``indices`` into consecutive sub-batches of at most ``max_tokens`` padded tokens."""
-    chunks, start = [], 0
-    for end in range(1, len(indices) + 1):
-        if end - start > 1 and (end - start) * lengths[indices[end - 1]] > max_tokens:
-            chunks.append(indices[start : end - 1])
-            start = end - 1
-    chunks.append(indices[start:])
-    return chunks
 
 
 class CorpusBalancingCallback(TrainerCallback):

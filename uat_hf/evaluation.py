@@ -39,7 +39,7 @@ from .corpora import (
 from .hub_errors import is_hub_id
 from .metrics import translation_scores
 from .names import check_unique_names
-from .sampler import longest_first
+from .packing import longest_first
 from .tokenization import load_tokenizer
 
 __all__ = [

@@ -19,7 +19,7 @@ larger than 1), and a new vector takes effect from the next pool.
 the corpora's batch counts). Which corpora fill them follows p, so within an epoch a corpus may be seen
 more than once (its examples are reshuffled each time it is exhausted) or only in part. Each corpus keeps
 its own shuffled stream of batches; the batches are built once (token budget: examples sorted by length and
-packed greedily, fairseq style) and their order is reshuffled per epoch and per pass through the corpus.
+packed greedily, fairseq style, :mod:`uat_hf.packing`) and their order is reshuffled per epoch and per pass through the corpus.
 
 **Determinism.** An epoch's batch sequence is a pure function of (seed, epoch, probability schedule):
 the uniform draws that pick corpora and the per-corpus shuffles come from generators seeded by
@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from .distribution import CorpusDistribution
+from .packing import PackedBatches, example_lengths, fits, pack_by_tokens, token_batch_bounds
 from .priors import temperature_prior, validate_probabilities
 
 STATE_VERSION = 3  # 2: records mix_pool_batches; 3: p belongs to the distribution (the sampler records what it saw)
@@ -53,31 +54,6 @@ STATE_VERSION = 3  # 2: records mix_pool_batches; 3: p belongs to the distributi
 class _Change:
     position: int
     probabilities: np.ndarray
-
-
-def longest_first(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
-    """Indices ordering examples by length, longest first (stable): generation batches of similar lengths
-    pad and wait little, and a batch too large for the device fails at once."""
-    return np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
-
-
-def example_lengths(dataset, columns: Sequence[str] = ("input_ids", "labels")) -> np.ndarray:
-    """Per-example size in tokens, max over ``columns`` (fairseq counts max(source, target) length).
-
-    Reads the list lengths from the Arrow columns directly, so it is fast on memory-mapped corpora with
-    millions of rows (no Python loop, no decoding of the token ids).
-    """
-    import pyarrow.compute as pc
-
-    table = dataset.with_format("arrow")[:] if dataset._indices is not None else dataset.data
-    present = [c for c in columns if c in table.column_names]
-    if not present:
-        raise ValueError(
-            f"Cannot size examples: none of the columns {list(columns)} is present (found {table.column_names}). "
-            "Tokenize the corpus first."
-        )
-    sizes = [np.asarray(pc.list_value_length(table.column(c)).to_numpy(zero_copy_only=False)) for c in present]
-    return np.maximum.reduce(sizes).astype(np.int64)
 
 
 class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
@@ -177,18 +153,9 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         """Build from tokenized ``datasets.Dataset``s (default p: proportional to size)."""
         return cls({name: example_lengths(dataset) for name, dataset in corpora.items()}, distribution, **kwargs)
 
-    def _pack_by_tokens(self, corpus: int) -> "_PackedBatches":
-        """Greedy fairseq-style packing of one corpus: sort by length, fill up to the padded budget."""
-        sizes = np.maximum(self.lengths[corpus], 1)
-        # A stable sort of small integers is a radix sort in numpy: linear time.
-        order = np.argsort(sizes.astype(np.uint16) if sizes.max() < 2**16 else sizes, kind="stable")
-        _, run_lengths = np.unique(sizes, return_counts=True)
-        # Shuffle within each run of equal length, so that batches do not follow the corpus's file order.
-        rng = np.random.default_rng([self.seed, 7, corpus])
-        for start, end in zip(np.cumsum(run_lengths) - run_lengths, np.cumsum(run_lengths)):
-            if end - start > 1:
-                order[start:end] = order[start:end][rng.permutation(end - start)]
-        return _PackedBatches(order, _token_batch_bounds(sizes, self.max_tokens))
+    def _pack_by_tokens(self, corpus: int) -> PackedBatches:
+        """Greedy fairseq-style packing of one corpus (:func:`~uat_hf.packing.pack_by_tokens`)."""
+        return pack_by_tokens(self.lengths[corpus], self.max_tokens, np.random.default_rng([self.seed, 7, corpus]))
 
     def _num_corpus_batches(self, corpus: int) -> int:
         if self._token_batches is not None:
@@ -322,7 +289,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
                     pending = (int(local + self.offsets[corpus]), max(int(self.lengths[corpus][local]), 1))
                 index, size = pending
                 if self.max_tokens is not None:
-                    if batch and (len(batch) + 1) * max(longest, size) > self.max_tokens:
+                    if not fits(len(batch), longest, size, self.max_tokens):
                         break
                 elif len(batch) == self.examples_per_batch:
                     break
@@ -339,7 +306,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         """Batches of ``indices`` sorted by length, in shuffled order (lengths do not rise through a pool)."""
         order = np.argsort(sizes, kind="stable")  # ties keep their drawn order
         if self.max_tokens is not None:
-            bounds = _token_batch_bounds(np.asarray(sizes), self.max_tokens)
+            bounds = token_batch_bounds(np.asarray(sizes), self.max_tokens)
         else:
             bounds = np.append(np.arange(0, len(order), self.examples_per_batch), len(order))
         batches = [[indices[i] for i in order[start:end]] for start, end in zip(bounds[:-1], bounds[1:])]
@@ -401,50 +368,6 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         """Checked but not renormalised: dividing by a sum that is 1 only to rounding moves the last bit."""
         validate_probabilities(values, self.names)
         return np.asarray(values, dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class _PackedBatches:
-    """Token batches of one corpus: batch b is ``order[bounds[b]:bounds[b + 1]]`` (local indices)."""
-
-    order: np.ndarray
-    bounds: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.bounds) - 1
-
-    def __getitem__(self, b: int) -> np.ndarray:
-        return self.order[self.bounds[b] : self.bounds[b + 1]]
-
-
-def _token_batch_bounds(sizes: np.ndarray, budget: int) -> np.ndarray:
-    """Batch boundaries of the greedy packing of ``sizes`` in ascending order under a padded token budget.
-
-    Batch b holds sorted positions ``bounds[b]:bounds[b + 1]``. Works run by run over the distinct lengths
-    (a few hundred at most) rather than batch by batch, so packing 10 M examples takes a fraction of a
-    second; the result is the same greedy packing.
-    """
-    values, run_lengths = np.unique(sizes, return_counts=True)
-    ends: list[np.ndarray] = []
-    position, open_count = 0, 0  # examples placed so far; size of the batch still open
-    for value, run in zip(values.tolist(), run_lengths.tolist()):
-        capacity = budget // value
-        if open_count > capacity:  # the open batch cannot take a longer example: close it
-            ends.append(np.array([position]))
-            open_count = 0
-        take = min(capacity - open_count, run)
-        position, open_count, run = position + take, open_count + take, run - take
-        if open_count == capacity:
-            ends.append(np.array([position]))
-            open_count = 0
-        full, rest = divmod(run, capacity)
-        if full:
-            ends.append(position + capacity * np.arange(1, full + 1))
-            position += capacity * full
-        position, open_count = position + rest, open_count + rest
-    if open_count:
-        ends.append(np.array([position]))
-    return np.concatenate([[0]] + ends).astype(np.int64)
 
 
 def _pick(cumulative: np.ndarray, u: float) -> int:

@@ -34,7 +34,7 @@ from .checkpoints import BALANCING_STATE_FILE, LATEST, checkpoint_problem, last_
 from .distribution import CorpusDistribution
 from .measures import IGNORE_INDEX
 from .metrics import macro_average, translation_scores
-from .sampler import example_lengths, longest_first
+from .packing import example_lengths, longest_first
 from .uat_config import UATConfig
 
 __all__ = ["UATTrainer", "attach_balancing", "concatenate_corpora", "corpus_dataloader"]
@@ -270,7 +270,7 @@ class UATTrainer(Seq2SeqTrainer):
 
 
 def _longest_source_first_order(dataset: Dataset) -> list[int]:
-    """:func:`~uat_hf.sampler.longest_first` order of source length (a generation batch decodes until its
+    """:func:`~uat_hf.packing.longest_first` order of source length (a generation batch decodes until its
     longest sentence ends). Corpus-level BLEU and chrF do not depend on the order."""
     if "input_ids" not in dataset.column_names:
         return list(range(len(dataset)))
