@@ -419,7 +419,7 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
     resume = get_last_checkpoint(str(run_dir)) is not None
     if not resume:
         # An attempt stopped before its first checkpoint: start clean (the balancing history is appended to).
-        from uat_hf.callback import HISTORY_FILE
+        from uat_hf.checkpoints import HISTORY_FILE
 
         (run_dir / HISTORY_FILE).unlink(missing_ok=True)
         (run_dir / "partial_time.json").unlink(missing_ok=True)
@@ -475,11 +475,11 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
         # step when resumed at max_steps, so restore the final model and balancing state from the checkpoint instead.
         from transformers import AutoModelForSeq2SeqLM
 
-        from uat_hf.callback import STATE_FILE
+        from uat_hf.checkpoints import BALANCING_STATE_FILE
 
         trainer.model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
-        if (Path(checkpoint) / STATE_FILE).is_file():
-            trainer.balancing.load(str(Path(checkpoint) / STATE_FILE))
+        if (Path(checkpoint) / BALANCING_STATE_FILE).is_file():
+            trainer.balancing.load(str(Path(checkpoint) / BALANCING_STATE_FILE))
         steps_done = int(checkpoint_state["global_step"])
         log_history, training_loss = checkpoint_state.get("log_history", []), None
     else:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import DataCollatorForSeq2Seq
 
-from uat_hf.callback import HISTORY_FILE
+from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.plotting import load_history
 from uat_hf.presets import build_model

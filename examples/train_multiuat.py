@@ -24,7 +24,7 @@ import torch
 from accelerate import PartialState
 from transformers import HfArgumentParser
 
-from uat_hf.callback import HISTORY_FILE
+from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.cli.arguments import resolve_bundled
 from uat_hf.corpora import DIRECTIONS, corpus_specs_from_directory, corpus_tags, load_corpora, load_corpus_split
 from uat_hf.metrics import format_table

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from uat_hf.callback import HISTORY_FILE
+from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.cli.evaluate import main as evaluate_main
 from uat_hf.plotting import PROBABILITIES_PNG, REWARDS_PNG
 

@@ -16,7 +16,7 @@ import torch
 from transformers import DataCollatorForSeq2Seq
 
 from conftest import free_port
-from uat_hf.callback import HISTORY_FILE
+from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.gradient_cosine import GradientCosineReward
 from uat_hf.presets import build_model
 from uat_hf.uat_config import UATConfig

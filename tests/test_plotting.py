@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from uat_hf.callback import HISTORY_FILE
+from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.cli.plot import main as plot_main
 from uat_hf.plotting import (
     COSINE_PNG,
@@ -25,6 +27,14 @@ from uat_hf.plotting import (
 
 NAMES = ["software", "bible", "dictionary"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_plotting_and_the_run_file_names_load_without_torch():
+    """Reading a run's output needs neither torch nor the Trainer: uat_hf imports its names lazily, the file
+    names live in uat_hf.checkpoints, and plotting imports no callback."""
+    code = ("import sys, uat_hf.plotting, uat_hf.checkpoints; "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def record(step, p, cosine=None, **extra):

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from .checkpoints import BALANCING_STATE_FILE, write_json_atomically
+from .checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, write_json_atomically
 from .names import check_exact_names
 from .rewards import BalancingReward, model_columns
 from .packing import draw_token_batch, example_lengths, split_by_tokens
@@ -40,9 +40,8 @@ from .sampler import CorpusBatchSampler
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = BALANCING_STATE_FILE
+STATE_FILE = BALANCING_STATE_FILE  # the name callers of this module know it by (HISTORY_FILE too, imported above)
 _STATE_FORMAT = 2  # 2: the distribution (p, prior, scorer, update count, history) saved in one piece
-HISTORY_FILE = "balancing_history.jsonl"
 
 
 class CorpusBalancingCallback(TrainerCallback):

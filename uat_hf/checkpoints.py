@@ -6,6 +6,9 @@ worse, continues from half a state. Here a checkpoint counts as complete only wh
 are there and parse: the Trainer's ``trainer_state.json`` (written after the weights, optimizer and RNG
 states) and the balancing state (written after that, by the callback's ``on_save``). Our own files are
 written atomically (a temporary file renamed over the target), so they are either whole or absent.
+
+The names of the files a balancing run writes are defined here, in a module that imports neither torch nor
+the Trainer, so that readers of a run's output (:mod:`uat_hf.plotting`) stay light.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ import re
 import tempfile
 from typing import Any
 
-from transformers.trainer import TRAINER_STATE_NAME
-
 logger = logging.getLogger(__name__)
 
 #: The sampler and scorer state, one JSON file per checkpoint folder.
 BALANCING_STATE_FILE = "uat_balancing_state.json"
+#: One JSON record per balancing update (step, rewards, p, ...), appended in the training ``output_dir``.
+HISTORY_FILE = "balancing_history.jsonl"
 #: Words that ask ``train(resume_from_checkpoint=...)`` for the last complete checkpoint of ``output_dir``.
 LATEST = ("true", "latest")
 
@@ -49,6 +52,8 @@ def write_json_atomically(path: str, value: Any) -> None:
 
 def checkpoint_problem(folder: str, *, needs_balancing_state: bool = True) -> str | None:
     """Why ``folder`` cannot be resumed from exactly (a sentence naming the file), or ``None`` if it can."""
+    from transformers.trainer import TRAINER_STATE_NAME  # here: transformers.trainer imports torch
+
     if not os.path.isdir(folder):
         return f"{folder!r} is not a directory"
     required = [TRAINER_STATE_NAME] + ([BALANCING_STATE_FILE] if needs_balancing_state else [])

@@ -24,7 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .callback import HISTORY_FILE
+from .checkpoints import HISTORY_FILE
 
 __all__ = [
     "COSINE_PNG",
