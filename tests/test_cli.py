@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from uat_hf.cli import train as cli
+from uat_hf.cli.parsing import recipe_to_dataclasses
 from uat_hf.recipe import RECIPE_FILE, Recipe
 
 # A tiny but real run: 2 bundled domains for training, a third domain as an evaluation-only corpus.
@@ -64,7 +65,7 @@ def test_command_line_beats_the_recipe(tmp_path):
     assert training.mc_samples == 4 and data.max_train_examples == 80  # recipe values not overridden stay
     # The effective recipe holds both, in plain YAML types, and reparses to the same arguments.
     assert effective["learning_rate"] == 0.01 and effective["mc_samples"] == 4 and effective["corpora"] == ["software"]
-    again = Recipe(effective).to_dataclasses()
+    again = recipe_to_dataclasses(Recipe(effective))
     assert again[0].learning_rate == 0.01 and again[1].corpora == ["software"]
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from uat_hf import recipe as recipe_module
 from uat_hf.cli.arguments import DataArguments, ModelArguments, RunArguments
+from uat_hf.cli.parsing import recipe_to_dataclasses
 from uat_hf.cli.train import parse_arguments
 from uat_hf.recipe import MODEL_CARD_FILE, RECIPE_FILE, Recipe
 from uat_hf.uat_config import UATConfig
@@ -44,7 +45,7 @@ def test_save_and_load_round_trip_through_a_local_directory(tmp_path):
     assert from_dir == recipe == from_file
     assert list(from_dir) == list(FIELDS)  # order kept
 
-    training, data, model, run = from_dir.to_dataclasses()
+    training, data, model, run = recipe_to_dataclasses(from_dir)
     assert isinstance(training, UATConfig) and training.strategy == "multiuat" and training.mc_samples == 7
     assert training.learning_rate == pytest.approx(1e-3)
     assert data.corpora == ["bible", "software"] and data.corpus_dir.endswith("multidomain-en-de")
@@ -91,18 +92,18 @@ def test_bad_yaml_is_rejected(text, message):
 
 def test_unknown_field_is_named_with_a_suggestion():
     with pytest.raises(ValueError, match=r"'learning_rat' \(did you mean 'learning_rate'\?\)"):
-        Recipe({"learning_rat": 1e-3, "corpus_dir": "bundled:multidomain-en-de"}).to_dataclasses()
+        recipe_to_dataclasses(Recipe({"learning_rat": 1e-3, "corpus_dir": "bundled:multidomain-en-de"}))
 
 
 def test_overrides_apply_on_top_of_the_recipe():
-    training, data, model, _ = Recipe(FIELDS).to_dataclasses(["--strategy", "uniform", "--corpora", "dictionary"])
+    training, data, model, _ = recipe_to_dataclasses(Recipe(FIELDS), ["--strategy", "uniform", "--corpora", "dictionary"])
     assert training.strategy == "uniform" and data.corpora == ["dictionary"]
     assert training.mc_samples == 7  # untouched fields keep the recipe's values
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_every_shipped_recipe_parses_into_the_dataclasses(path):
-    training, data, model, run = Recipe.from_pretrained(path).to_dataclasses()
+    training, data, model, run = recipe_to_dataclasses(Recipe.from_pretrained(path))
     assert isinstance(training, UATConfig) and isinstance(data, DataArguments)
     assert isinstance(model, ModelArguments) and isinstance(run, RunArguments)
     assert (data.corpus_dir is None) != (data.corpus_specs is None)
@@ -123,13 +124,13 @@ def test_paper_recipes_carry_the_paper_hyperparameters():
         ("ted8_diverse_o2m.yaml", 5e-4, 2000, "transformer_iwslt_de_en", 0.3),
         ("multidomain_wmt14_tanzil_emea_kde4.yaml", 7e-4, 1000, "transformer_base", 0.1),
     ]:
-        training, data, model, _ = Recipe.from_pretrained(RECIPES_DIR / name).to_dataclasses()
+        training, data, model, _ = recipe_to_dataclasses(Recipe.from_pretrained(RECIPES_DIR / name))
         assert (training.learning_rate, training.update_every, training.mc_samples) == (lr, interval, 30)
         assert (training.adam_beta1, training.adam_beta2, training.warmup_steps) == (0.9, 0.98, 4000)
         assert str(training.lr_scheduler_type).endswith(("inverse_sqrt", "INVERSE_SQRT"))
         assert training.label_smoothing_factor == 0.1 and training.scorer_lr == 1e-4
         assert (model.model_name_or_path, model.dropout) == (preset, dropout)
-    _, data, _, _ = Recipe.from_pretrained(RECIPES_DIR / "multidomain_wmt14_tanzil_emea_kde4.yaml").to_dataclasses()
+    _, data, _, _ = recipe_to_dataclasses(Recipe.from_pretrained(RECIPES_DIR / "multidomain_wmt14_tanzil_emea_kde4.yaml"))
     assert [s["name"] for s in data.corpus_specs] == ["wmt14", "tanzil", "emea", "kde4"]
     assert [s["name"] for s in data.eval_corpus_specs] == ["qed", "ted"]
     assert data.corpus_specs[0]["path"] == "wmt/wmt14" and data.corpus_specs[0]["hub_config"] == "de-en"

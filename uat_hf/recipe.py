@@ -17,6 +17,9 @@ It is stored as ``recipe.yaml`` in a local directory or a Hub repository, so tha
 ``Recipe.from_pretrained("org/name")`` and ``uat-train --config org/name`` reproduce a run, and
 ``uat-train`` writes the effective recipe of every run next to the model it trained. YAML is read with
 ``yaml.safe_load`` only: a recipe can never execute code.
+
+A :class:`Recipe` is only the file: plain YAML values, no knowledge of the dataclasses. Turning it into
+them is the command line's job: :func:`uat_hf.cli.parsing.recipe_to_dataclasses`.
 """
 
 from __future__ import annotations
@@ -226,12 +229,3 @@ class Recipe(Mapping[str, Any]):
                     fmt = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "–"  # noqa: E731
                     lines.append(f"| {name} | {fmt(bleu)} | {fmt(chrf)} |")
         return "\n".join(lines) + "\n"
-
-    # ------------------------------------------------------------------ arguments
-    def to_dataclasses(self, overrides: Sequence[str] | None = None):
-        """``(UATConfig, DataArguments, ModelArguments, RunArguments)`` from this recipe, then ``overrides``
-        (command-line style ``["--learning_rate", "1e-3"]``), exactly as ``uat-train`` parses them."""
-        from .cli.arguments import parse_recipe_and_args
-
-        *arguments, _ = parse_recipe_and_args(self._fields, list(overrides or []), source=self.source or "recipe")
-        return tuple(arguments)

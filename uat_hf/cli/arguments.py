@@ -386,19 +386,3 @@ class RunArguments:
         if self.max_train_minutes is not None and not self.max_train_minutes > 0:
             raise ValueError(f"max_train_minutes must be > 0 (or unset), got {self.max_train_minutes!r}.")
 
-
-# --- parsing moved to .parsing; the old import paths keep working --------------------------------------
-
-_MOVED_TO_PARSING = (
-    "CONFIG_FLAG", "argument_classes", "check_recipe_keys", "field_names", "make_parser", "parse_recipe_and_args",
-    "to_plain",
-)
-
-
-def __getattr__(name: str) -> Any:
-    """``from uat_hf.cli.arguments import make_parser`` (and the other parsing helpers) still works."""
-    if name in _MOVED_TO_PARSING:
-        from . import parsing
-
-        return getattr(parsing, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,6 +19,8 @@ from typing import Any, Iterable, Sequence, get_type_hints
 
 from transformers import HfArgumentParser
 
+from ..recipe import Recipe
+
 __all__ = [
     "CONFIG_FLAG",
     "GroupedArgumentParser",
@@ -28,6 +30,7 @@ __all__ = [
     "field_names",
     "make_parser",
     "parse_recipe_and_args",
+    "recipe_to_dataclasses",
     "to_plain",
 ]
 
@@ -164,6 +167,13 @@ def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str]
         if key in mapping or not _same(value, base_defaults.get(key))
     }
     return (*outputs, effective)
+
+
+def recipe_to_dataclasses(recipe: Recipe, overrides: Sequence[str] | None = None):
+    """``(UATConfig, DataArguments, ModelArguments, RunArguments)`` from ``recipe``, then ``overrides``
+    (command-line style ``["--learning_rate", "1e-3"]``), exactly as ``uat-train`` parses them."""
+    *arguments, _ = parse_recipe_and_args(recipe.to_dict(), list(overrides or []), source=recipe.source or "recipe")
+    return tuple(arguments)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -35,15 +35,8 @@ from transformers.trainer_callback import ExportableState
 from ..corpora import CorpusSpec, PreprocessingConfig, corpus_specs_from_directory, corpus_tags, language_tag
 from ..recipe import Recipe
 from ..uat_trainer import UATTrainer
-from .arguments import (
-    CONFIG_FLAG,
-    DataArguments,
-    ModelArguments,
-    RunArguments,
-    make_parser,
-    parse_recipe_and_args,
-    resolve_bundled,
-)
+from .arguments import DataArguments, ModelArguments, RunArguments, resolve_bundled
+from .parsing import CONFIG_FLAG, make_parser, parse_recipe_and_args
 
 logger = logging.getLogger("uat_hf.cli.train")
 
