@@ -25,8 +25,8 @@ from accelerate import PartialState
 from transformers import HfArgumentParser
 
 from uat_hf.checkpoints import HISTORY_FILE
-from uat_hf.cli.arguments import resolve_bundled
 from uat_hf.corpora import DIRECTIONS, corpus_specs_from_directory, corpus_tags, load_corpora, load_corpus_split
+from uat_hf.corpus_specs import resolve_bundled
 from uat_hf.metrics import format_table
 from uat_hf.plotting import plot_run
 from uat_hf.presets import MODEL_PRESETS, build_model

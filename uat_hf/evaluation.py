@@ -9,7 +9,7 @@ hypotheses with sacrebleu's own paired tests (bootstrap resampling or approximat
 
 Test sets are read from a directory in the bundled layout (``NAME.{train,dev,test}.jsonl.gz``); only the
 evaluated split needs to exist, so out-of-domain sets without training data can sit beside the others.
-Sources get the same target-language tags as in training (:func:`uat_hf.corpora.corpus_tags`).
+Sources get the same target-language tags as in training (:func:`uat_hf.preprocessing.corpus_tags`).
 """
 
 from __future__ import annotations
@@ -26,20 +26,13 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 from transformers import AutoModelForSeq2SeqLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from .corpora import (
-    SPLITS,
-    CorpusSpec,
-    PreprocessingConfig,
-    add_language_tags,
-    corpus_specs_from_directory,
-    corpus_tags,
-    load_corpus_split,
-    preprocess,
-)
+from .corpora import load_corpus_split
+from .corpus_specs import SPLITS, CorpusSpec, corpus_specs_from_directory
 from .hub_errors import is_hub_id
 from .metrics import translation_scores
 from .names import check_unique_names
 from .packing import longest_first
+from .preprocessing import PreprocessingConfig, add_language_tags, corpus_tags, preprocess
 from .tokenization import load_tokenizer
 
 __all__ = [
@@ -114,7 +107,7 @@ def eval_set_specs(
 ) -> list[CorpusSpec]:
     """Specs for the ``split`` files of a directory in the bundled layout (``NAME.<split>.jsonl.gz``).
 
-    Language pairs follow ``direction`` as in :func:`uat_hf.corpora.corpus_specs_from_directory`, but only
+    Language pairs follow ``direction`` as in :func:`uat_hf.corpus_specs.corpus_specs_from_directory`, but only
     the evaluated split must exist, so a test-only (out-of-domain) corpus needs no training file.
     ``corpora`` picks and orders NAMEs (default: every NAME with a ``split`` file, sorted).
     """
@@ -137,7 +130,7 @@ def load_eval_sets(
 ) -> dict[str, EvalSet]:
     """Read, clean (empty pairs only, as for every dev/test set) and tag the ``split`` of each spec.
 
-    ``tags`` is decided over all ``specs`` together (see :func:`uat_hf.corpora.corpus_tags`): pass the
+    ``tags`` is decided over all ``specs`` together (see :func:`uat_hf.preprocessing.corpus_tags`): pass the
     in-domain and out-of-domain specs in one call so they are tagged as the model was trained.
     ``max_sentences`` keeps the first N pairs of each set (quick checks; report full sets).
     """

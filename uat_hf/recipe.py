@@ -25,7 +25,7 @@ them is the command line's job: :func:`uat_hf.cli.parsing.recipe_to_dataclasses`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping
 
 import yaml
 from huggingface_hub import hf_hub_download

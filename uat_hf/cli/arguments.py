@@ -18,38 +18,21 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..corpora import BUNDLED_DIR, DIRECTIONS, SPLITS, CorpusSpec
+from ..corpus_specs import DIRECTIONS, SPLITS, CorpusSpec, resolve_bundled
 from ..hub_errors import is_hub_id
 from ..names import check_unique_names
 from ..presets import MODEL_PRESETS
 
 __all__ = [
-    "BUNDLED_PREFIX",
-    "DIRECTIONS",
     "DataArguments",
     "ModelArguments",
     "RunArguments",
-    "resolve_bundled",
 ]
 
-#: ``bundled:NAME`` in a path means ``uat_hf/bundled/NAME`` (the sample corpora shipped with the package).
-BUNDLED_PREFIX = "bundled:"
 EVAL_SPLITS = ("dev", "test")
 LANGUAGE_TAG_MODES = ("auto", "target", "none")
 TOKENIZER_MODELS = ("bpe", "unigram")
 _SPEC_FIELDS = {f.name for f in fields(CorpusSpec)}
-
-
-def resolve_bundled(path: str | None) -> str | None:
-    """``"bundled:multidomain-en-de"`` → the absolute path of that bundled directory; other values unchanged."""
-    if path is None or not isinstance(path, str) or not path.startswith(BUNDLED_PREFIX):
-        return path
-    name = path[len(BUNDLED_PREFIX):].strip("/")
-    resolved = BUNDLED_DIR / name
-    if not resolved.exists():
-        available = sorted(p.name for p in BUNDLED_DIR.iterdir() if p.is_dir())
-        raise ValueError(f"{path!r}: no bundled data named {name!r}; available: {[BUNDLED_PREFIX + a for a in available]}.")
-    return str(resolved)
 
 
 def _as_list_of_mappings(value: Any, name: str) -> list[dict] | None:
@@ -115,7 +98,7 @@ class DataArguments:
     * ``corpus_dir``: a directory of ``NAME.{train,dev,test}.jsonl.gz`` files (the layout of the bundled
       samples and of ``../shared/corpora``), e.g. ``bundled:multidomain-en-de``, with ``direction``,
       ``source_lang``/``target_lang`` and optionally ``corpora`` (which NAMEs, in order).
-    * ``corpus_specs``: a list of :class:`~uat_hf.corpora.CorpusSpec` mappings (Hub dataset ids with
+    * ``corpus_specs``: a list of :class:`~uat_hf.corpus_specs.CorpusSpec` mappings (Hub dataset ids with
       ``path``/``hub_config`` or local files, ``source_field``/``target_field`` for two-column layouts).
     """
 

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import datasets
 
-from ..corpora import corpus_tags
+from ..preprocessing import corpus_tags
 from ..evaluation import (
     EvalSet,
     eval_set_specs,

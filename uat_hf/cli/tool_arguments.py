@@ -20,9 +20,9 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
-from ..corpora import DIRECTIONS
+from ..corpus_specs import DIRECTIONS, resolve_bundled
 from ..evaluation import SIGNIFICANCE_TESTS
-from .arguments import EVAL_SPLITS, LANGUAGE_TAG_MODES, _check_positive, resolve_bundled
+from .arguments import EVAL_SPLITS, LANGUAGE_TAG_MODES, _check_positive
 from .parsing import CONFIG_FLAG, GroupedArgumentParser
 
 __all__ = [

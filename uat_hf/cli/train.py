@@ -32,10 +32,11 @@ from typing import Any, Sequence
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from ..corpora import CorpusSpec, PreprocessingConfig, corpus_specs_from_directory, corpus_tags, language_tag
+from ..corpus_specs import CorpusSpec, corpus_specs_from_directory, language_tag, resolve_bundled
+from ..preprocessing import PreprocessingConfig, corpus_tags
 from ..recipe import Recipe
 from ..uat_trainer import UATTrainer
-from .arguments import DataArguments, ModelArguments, RunArguments, resolve_bundled
+from .arguments import DataArguments, ModelArguments, RunArguments
 from .parsing import CONFIG_FLAG, make_parser, parse_recipe_and_args
 
 logger = logging.getLogger("uat_hf.cli.train")
