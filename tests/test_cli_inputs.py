@@ -120,7 +120,7 @@ def test_a_pretrained_tokenizer_without_the_tags_gets_them_as_single_tokens(mari
          "--output_dir", str(tmp_path / "out")]
     )
     specs, eval_specs = cli.build_specs(data)
-    tag_of, eval_tag_of = cli._tags(specs, eval_specs, data.language_tags)
+    tag_of, eval_tag_of = cli.tags_for(specs, eval_specs, data.language_tags)
     tags = sorted({t for t in tag_of.values() if t})
     assert tags == TAGS
     tokenizer = cli.build_tokenizer(model, specs, tags, data)

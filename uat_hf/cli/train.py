@@ -17,6 +17,8 @@ What a run does, in order (every input is checked before any training step):
 6. ``UATTrainer.train()``, then per-corpus BLEU/chrF on the eval split: a table with the macro average and
    the sacreBLEU signatures, ``eval_results.json``, and model + tokenizer + the effective ``recipe.yaml``
    (with a README model card) in ``output_dir``.
+
+Steps 2-4 and the checks on their results are in :mod:`uat_hf.cli.train_data`.
 """
 
 from __future__ import annotations
@@ -27,30 +29,28 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from ..corpus_specs import CorpusSpec, corpus_specs_from_directory, language_tag, resolve_bundled
-from ..preprocessing import PreprocessingConfig, corpus_tags
 from ..recipe import Recipe
 from ..uat_trainer import UATTrainer
 from .arguments import DataArguments, ModelArguments, RunArguments
 from .parsing import CONFIG_FLAG, make_parser, parse_recipe_and_args
+from .train_data import (
+    InputError,
+    build_specs,
+    build_tokenizer,
+    check_before_training,
+    check_lengths,
+    check_model_lengths,
+    load_data,
+    say,
+    tags_for,
+)
 
 logger = logging.getLogger("uat_hf.cli.train")
-
-_SPEC_PATH_FIELDS = ("train", "dev", "test", "path")
-
-
-class InputError(ValueError):
-    """Bad recipe / command-line input, reported before training starts."""
-
-
-def _say(message: str) -> None:
-    print(f"[uat-train] {message}", flush=True)
-
 
 # --------------------------------------------------------------------------------------------- arguments
 
@@ -68,152 +68,6 @@ def parse_arguments(argv: Sequence[str] | None = None):
     source = f"recipe {recipe.source}" if recipe.source else "recipe"
     training, data, model, run_args, effective = parse_recipe_and_args(recipe.to_dict(), argv, source=source)
     return training, data, model, run_args, Recipe(effective, source=recipe.source)
-
-
-# --------------------------------------------------------------------------------------------- data
-
-
-def build_specs(data_args: DataArguments) -> tuple[list[CorpusSpec], list[CorpusSpec]]:
-    """Training corpus specs and evaluation-only corpus specs."""
-    if data_args.corpus_dir is not None:
-        if not Path(data_args.corpus_dir).is_dir():
-            raise InputError(
-                f"corpus_dir {data_args.corpus_dir!r} is not a directory (relative paths are relative to the working "
-                f"directory {os.getcwd()!r}; 'bundled:multidomain-en-de' names the shipped sample)."
-            )
-        specs = corpus_specs_from_directory(
-            data_args.corpus_dir,
-            data_args.source_lang,
-            data_args.target_lang,
-            corpora=data_args.corpora,
-            direction=data_args.direction,
-            max_examples=data_args.max_train_examples,
-        )
-    else:
-        specs = [_spec(mapping, data_args.max_train_examples) for mapping in data_args.corpus_specs]
-    eval_specs = [_spec(mapping, None) for mapping in data_args.eval_corpus_specs or []]
-    clash = sorted({s.name for s in specs} & {s.name for s in eval_specs})
-    if clash:
-        raise InputError(f"eval_corpus_specs: names {clash} are already training corpora; give them other names.")
-    split = data_args.eval_split
-    for spec in eval_specs:
-        if spec.split_location(split) is None:
-            raise InputError(f"eval_corpus_specs: corpus {spec.name!r} has no {split!r} split (eval_split={split!r}).")
-    return specs, eval_specs
-
-
-def _spec(mapping: dict, max_examples: int | None) -> CorpusSpec:
-    values = dict(mapping)
-    for key in _SPEC_PATH_FIELDS:
-        if isinstance(values.get(key), str):
-            values[key] = resolve_bundled(values[key])
-    if values.get("max_examples") is None:
-        values["max_examples"] = max_examples
-    return CorpusSpec(**values)
-
-
-def _tags(specs: list[CorpusSpec], eval_specs: list[CorpusSpec], mode: str) -> tuple[dict, dict]:
-    tag_of = corpus_tags(specs, None if mode == "none" else mode)
-    tagged = any(tag_of.values())
-    eval_tag_of = {spec.name: (language_tag(spec.target_lang) if tagged else None) for spec in eval_specs}
-    return tag_of, eval_tag_of
-
-
-def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: list[str], data_args: DataArguments):
-    from ..corpora import load_corpus_split
-    from ..tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
-
-    name = model_args.tokenizer_name_or_path or (None if model_args.is_preset else model_args.model_name_or_path)
-    if name is not None:
-        tokenizer = load_tokenizer(name)
-        missing = []
-        for tag in tags:
-            try:
-                check_tags_in_vocab(tokenizer, [tag])
-            except ValueError:
-                missing.append(tag)
-        if missing:
-            _say(f"adding language tags {missing} to the tokenizer of {name} as special tokens")
-            # transformers 5 calls them extra_special_tokens; keep the ones the tokenizer has. A pretrained model's
-            # embeddings grow to len(tokenizer) in presets.build_model.
-            tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
-            check_tags_in_vocab(tokenizer, missing)
-        return tokenizer
-    texts = []
-    for spec in specs:
-        raw = load_corpus_split(spec, "train", cache_dir=data_args.dataset_cache_dir)
-        if model_args.tokenizer_max_sentences is not None and len(raw) > model_args.tokenizer_max_sentences:
-            raw = raw.select(range(model_args.tokenizer_max_sentences))
-        texts.append(raw)
-    return train_joint_tokenizer(
-        texts,
-        vocab_size=model_args.vocab_size,
-        model=model_args.tokenizer_model,
-        special_tokens=tags,
-        lowercase=model_args.lowercase,
-        min_frequency=model_args.tokenizer_min_frequency,
-        model_max_length=max(data_args.max_source_length, data_args.max_target_length),
-    )
-
-
-def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, eval_tag_of):
-    from ..corpora import load_corpora
-
-    preprocessing = PreprocessingConfig(
-        max_length_ratio=data_args.max_length_ratio,
-        max_source_words=data_args.max_source_words,
-        max_target_words=data_args.max_target_words,
-        dedupe=data_args.dedupe,
-    )
-    common = dict(
-        max_source_length=data_args.max_source_length,
-        max_target_length=data_args.max_target_length,
-        num_proc=data_args.preprocessing_num_workers,
-        cache_dir=data_args.dataset_cache_dir,
-    )
-    data = load_corpora(specs, tokenizer, preprocessing, splits=data_args.split_names(), tags=tag_of, **common)
-    split = data_args.eval_split
-    eval_corpora = dict(data.get(split, {}))  # the final evaluation; in-training evaluation uses dev
-    ood = {}
-    if eval_specs:
-        ood = load_corpora(eval_specs, tokenizer, preprocessing, splits=(split,), tags=eval_tag_of, **common)[split]
-        eval_corpora.update(ood)
-    if data_args.max_eval_examples is not None:
-        eval_corpora = {n: ds.select(range(min(data_args.max_eval_examples, len(ds)))) for n, ds in eval_corpora.items()}
-    return data["train"], data.get("dev", {}), eval_corpora, list(ood)
-
-
-def _check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora) -> None:
-    missing_train = [s.name for s in specs if s.name not in train]
-    if missing_train:
-        raise InputError(f"Training corpora {missing_train} have no train split.")
-    if training_args.is_dynamic:
-        missing_dev = [name for name in train if name not in dev]
-        if missing_dev:
-            raise InputError(
-                f"strategy {training_args.strategy!r} measures every training corpus on its dev set, but {missing_dev} "
-                "have no dev split; give one (CorpusSpec dev) or use a static strategy."
-            )
-    if str(training_args.eval_strategy) not in ("no", "IntervalStrategy.NO") and not dev:
-        raise InputError(f"eval_strategy={training_args.eval_strategy!r} evaluates on the dev sets during training, but no corpus has one.")
-    missing_eval = [s.name for s in specs if s.name not in eval_corpora]
-    if missing_eval:
-        _say(f"note: corpora {missing_eval} have no {data_args.eval_split!r} split and are not evaluated")
-    if not eval_corpora:
-        raise InputError(f"No corpus has a {data_args.eval_split!r} split to evaluate (eval_split={data_args.eval_split!r}).")
-
-
-def _check_model_lengths(model, data_args: DataArguments) -> None:
-    _check_lengths(getattr(model.config, "max_position_embeddings", None), data_args)
-
-
-def _check_lengths(limit: int | None, data_args: DataArguments) -> None:
-    for name in ("max_source_length", "max_target_length"):
-        if limit is not None and getattr(data_args, name) > limit:
-            raise InputError(
-                f"{name}={getattr(data_args, name)} exceeds the model's max_position_embeddings={limit}; lower it or "
-                "set model_overrides: {max_position_embeddings: ...}."
-            )
 
 
 # --------------------------------------------------------------------------------------------- time budget
@@ -253,7 +107,7 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
         if self.elapsed() >= self.seconds and not control.should_training_stop:
             control.should_training_stop = True
             self.stopped_at_step = state.global_step
-            _say(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping training")
+            say(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping training")
 
 
 # --------------------------------------------------------------------------------------------- main
@@ -291,11 +145,11 @@ def prepare(
         limit = model_args.config_overrides().get(
             "max_position_embeddings", MODEL_PRESETS[model_args.model_name_or_path]["max_position_embeddings"]
         )
-        _check_lengths(limit, data_args)
+        check_lengths(limit, data_args)
     specs, eval_specs = build_specs(data_args)
-    tag_of, eval_tag_of = _tags(specs, eval_specs, data_args.language_tags)
+    tag_of, eval_tag_of = tags_for(specs, eval_specs, data_args.language_tags)
     tags = sorted({t for t in list(tag_of.values()) + list(eval_tag_of.values()) if t})
-    _say(
+    say(
         f"corpora: {', '.join(f'{s.name} ({s.source_lang}→{s.target_lang})' for s in specs)}"
         + (f"; evaluation only: {', '.join(s.name for s in eval_specs)}" if eval_specs else "")
     )
@@ -304,11 +158,11 @@ def prepare(
     output_dir.mkdir(parents=True, exist_ok=True)
     if training_args.should_save:
         tokenizer.save_pretrained(output_dir)
-    _say(f"tokenizer: {len(tokenizer)} tokens" + (f", language tags {tags}" if tags else ""))
+    say(f"tokenizer: {len(tokenizer)} tokens" + (f", language tags {tags}" if tags else ""))
 
     train, dev, eval_corpora, ood = load_data(data_args, specs, eval_specs, tokenizer, tag_of, eval_tag_of)
-    _check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora)
-    _say(
+    check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora)
+    say(
         "data: " + ", ".join(f"{n} {len(train[n])} train / {len(dev[n]) if n in dev else 0} dev" for n in train)
         + f"; evaluating on {data_args.eval_split}: " + ", ".join(f"{n} {len(ds)}" for n, ds in eval_corpora.items())
     )
@@ -320,10 +174,10 @@ def prepare(
         max_length=training_args.generation_max_length,
         **model_args.config_overrides(),
     )
-    _check_model_lengths(model, data_args)
+    check_model_lengths(model, data_args)
     for key, value in (model_args.generation_overrides or {}).items():
         setattr(model.generation_config, key, value)
-    _say(f"model: {model_args.model_name_or_path}, {count_parameters(model) / 1e6:.2f}M parameters; "
+    say(f"model: {model_args.model_name_or_path}, {count_parameters(model) / 1e6:.2f}M parameters; "
          f"strategy {training_args.strategy}; prep took {time.monotonic() - start:.0f}s")
 
     # In-training evaluation (eval_strategy, load_best_model_at_end) always looks at the dev sets, never at test;
@@ -351,7 +205,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     trainer.save_metrics("train", train_result.metrics)
     trainer.save_state()
 
-    _say(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
+    say(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
     metrics = trainer.evaluate(eval_corpora)
     in_domain = {n: _scores(metrics, n) for n in eval_corpora if n not in ood}
     out_of_domain = {n: _scores(metrics, n) for n in ood}
@@ -374,7 +228,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         for name, signature in trainer.metric_signatures.items():
             print(f"sacreBLEU {name} signature: {signature}")
         Recipe(recipe.to_dict(), source=recipe.source).save_pretrained(output_dir, results=metrics)
-        _say(f"saved model, tokenizer, eval_results.json and recipe.yaml to {output_dir} "
+        say(f"saved model, tokenizer, eval_results.json and recipe.yaml to {output_dir} "
              f"({time.monotonic() - start:.0f}s in all)")
     return metrics
 

@@ -1,0 +1,178 @@
+"""``uat-train``'s data: corpus specs, tokenizer and tokenized corpora from the arguments, and the checks
+that refuse bad input before the first training step (:class:`InputError`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..corpus_specs import CorpusSpec, corpus_specs_from_directory, language_tag, resolve_bundled
+from ..preprocessing import PreprocessingConfig, corpus_tags
+from .arguments import DataArguments, ModelArguments
+
+__all__ = [
+    "InputError",
+    "build_specs",
+    "build_tokenizer",
+    "check_before_training",
+    "check_lengths",
+    "check_model_lengths",
+    "load_data",
+    "say",
+    "tags_for",
+]
+
+_SPEC_PATH_FIELDS = ("train", "dev", "test", "path")
+
+
+class InputError(ValueError):
+    """Bad recipe / command-line input, reported before training starts."""
+
+
+def say(message: str) -> None:
+    """A progress line of ``uat-train`` on stdout."""
+    print(f"[uat-train] {message}", flush=True)
+
+
+def build_specs(data_args: DataArguments) -> tuple[list[CorpusSpec], list[CorpusSpec]]:
+    """Training corpus specs and evaluation-only corpus specs."""
+    if data_args.corpus_dir is not None:
+        if not Path(data_args.corpus_dir).is_dir():
+            raise InputError(
+                f"corpus_dir {data_args.corpus_dir!r} is not a directory (relative paths are relative to the working "
+                f"directory {os.getcwd()!r}; 'bundled:multidomain-en-de' names the shipped sample)."
+            )
+        specs = corpus_specs_from_directory(
+            data_args.corpus_dir,
+            data_args.source_lang,
+            data_args.target_lang,
+            corpora=data_args.corpora,
+            direction=data_args.direction,
+            max_examples=data_args.max_train_examples,
+        )
+    else:
+        specs = [_spec(mapping, data_args.max_train_examples) for mapping in data_args.corpus_specs]
+    eval_specs = [_spec(mapping, None) for mapping in data_args.eval_corpus_specs or []]
+    clash = sorted({s.name for s in specs} & {s.name for s in eval_specs})
+    if clash:
+        raise InputError(f"eval_corpus_specs: names {clash} are already training corpora; give them other names.")
+    split = data_args.eval_split
+    for spec in eval_specs:
+        if spec.split_location(split) is None:
+            raise InputError(f"eval_corpus_specs: corpus {spec.name!r} has no {split!r} split (eval_split={split!r}).")
+    return specs, eval_specs
+
+
+def _spec(mapping: dict, max_examples: int | None) -> CorpusSpec:
+    values = dict(mapping)
+    for key in _SPEC_PATH_FIELDS:
+        if isinstance(values.get(key), str):
+            values[key] = resolve_bundled(values[key])
+    if values.get("max_examples") is None:
+        values["max_examples"] = max_examples
+    return CorpusSpec(**values)
+
+
+def tags_for(specs: list[CorpusSpec], eval_specs: list[CorpusSpec], mode: str) -> tuple[dict, dict]:
+    tag_of = corpus_tags(specs, None if mode == "none" else mode)
+    tagged = any(tag_of.values())
+    eval_tag_of = {spec.name: (language_tag(spec.target_lang) if tagged else None) for spec in eval_specs}
+    return tag_of, eval_tag_of
+
+
+def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: list[str], data_args: DataArguments):
+    from ..corpora import load_corpus_split
+    from ..tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
+
+    name = model_args.tokenizer_name_or_path or (None if model_args.is_preset else model_args.model_name_or_path)
+    if name is not None:
+        tokenizer = load_tokenizer(name)
+        missing = []
+        for tag in tags:
+            try:
+                check_tags_in_vocab(tokenizer, [tag])
+            except ValueError:
+                missing.append(tag)
+        if missing:
+            say(f"adding language tags {missing} to the tokenizer of {name} as special tokens")
+            # transformers 5 calls them extra_special_tokens; keep the ones the tokenizer has. A pretrained model's
+            # embeddings grow to len(tokenizer) in presets.build_model.
+            tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
+            check_tags_in_vocab(tokenizer, missing)
+        return tokenizer
+    texts = []
+    for spec in specs:
+        raw = load_corpus_split(spec, "train", cache_dir=data_args.dataset_cache_dir)
+        if model_args.tokenizer_max_sentences is not None and len(raw) > model_args.tokenizer_max_sentences:
+            raw = raw.select(range(model_args.tokenizer_max_sentences))
+        texts.append(raw)
+    return train_joint_tokenizer(
+        texts,
+        vocab_size=model_args.vocab_size,
+        model=model_args.tokenizer_model,
+        special_tokens=tags,
+        lowercase=model_args.lowercase,
+        min_frequency=model_args.tokenizer_min_frequency,
+        model_max_length=max(data_args.max_source_length, data_args.max_target_length),
+    )
+
+
+def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, eval_tag_of):
+    from ..corpora import load_corpora
+
+    preprocessing = PreprocessingConfig(
+        max_length_ratio=data_args.max_length_ratio,
+        max_source_words=data_args.max_source_words,
+        max_target_words=data_args.max_target_words,
+        dedupe=data_args.dedupe,
+    )
+    common = dict(
+        max_source_length=data_args.max_source_length,
+        max_target_length=data_args.max_target_length,
+        num_proc=data_args.preprocessing_num_workers,
+        cache_dir=data_args.dataset_cache_dir,
+    )
+    data = load_corpora(specs, tokenizer, preprocessing, splits=data_args.split_names(), tags=tag_of, **common)
+    split = data_args.eval_split
+    eval_corpora = dict(data.get(split, {}))  # the final evaluation; in-training evaluation uses dev
+    ood = {}
+    if eval_specs:
+        ood = load_corpora(eval_specs, tokenizer, preprocessing, splits=(split,), tags=eval_tag_of, **common)[split]
+        eval_corpora.update(ood)
+    if data_args.max_eval_examples is not None:
+        eval_corpora = {n: ds.select(range(min(data_args.max_eval_examples, len(ds)))) for n, ds in eval_corpora.items()}
+    return data["train"], data.get("dev", {}), eval_corpora, list(ood)
+
+
+def check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora) -> None:
+    missing_train = [s.name for s in specs if s.name not in train]
+    if missing_train:
+        raise InputError(f"Training corpora {missing_train} have no train split.")
+    if training_args.is_dynamic:
+        missing_dev = [name for name in train if name not in dev]
+        if missing_dev:
+            raise InputError(
+                f"strategy {training_args.strategy!r} measures every training corpus on its dev set, but {missing_dev} "
+                "have no dev split; give one (CorpusSpec dev) or use a static strategy."
+            )
+    if str(training_args.eval_strategy) not in ("no", "IntervalStrategy.NO") and not dev:
+        raise InputError(f"eval_strategy={training_args.eval_strategy!r} evaluates on the dev sets during training, but no corpus has one.")
+    missing_eval = [s.name for s in specs if s.name not in eval_corpora]
+    if missing_eval:
+        say(f"note: corpora {missing_eval} have no {data_args.eval_split!r} split and are not evaluated")
+    if not eval_corpora:
+        raise InputError(f"No corpus has a {data_args.eval_split!r} split to evaluate (eval_split={data_args.eval_split!r}).")
+
+
+def check_model_lengths(model, data_args: DataArguments) -> None:
+    check_lengths(getattr(model.config, "max_position_embeddings", None), data_args)
+
+
+def check_lengths(limit: int | None, data_args: DataArguments) -> None:
+    for name in ("max_source_length", "max_target_length"):
+        if limit is not None and getattr(data_args, name) > limit:
+            raise InputError(
+                f"{name}={getattr(data_args, name)} exceeds the model's max_position_embeddings={limit}; lower it or "
+                "set model_overrides: {max_position_embeddings: ...}."
+            )
