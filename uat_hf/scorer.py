@@ -24,7 +24,8 @@ part of the method as its authors ran it, so it is the default, ``prior_fit="rel
 One Adam optimizer serves the fit (in ``released`` mode) and every update, and its state is part of
 :meth:`CorpusScorer.state_dict`, so a resumed run continues bit for bit.
 
-Everything runs in float64 NumPy with the closed-form gradients and ``torch.optim.Adam``'s update rule,
+Everything runs in float64 NumPy with the closed-form gradients and ``torch.optim.Adam``'s update rule
+(:class:`uat_hf.adam.Adam`),
 without touching any global random state, so equal inputs give bit-identical outputs. Autograd and a torch
 optimizer would do the same arithmetic for an N-vector at ~20× the cost, which matters for the tens of
 thousands of steps of a released fit; released fits are also cached per (q, start, lr, betas), so
@@ -39,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .adam import Adam, softmax
 from .names import check_exact_names, check_unique_names
 from .priors import validate_probabilities
 
@@ -62,39 +64,12 @@ _FIT_CACHE: "OrderedDict[tuple, tuple[np.ndarray, int, np.ndarray | None, np.nda
 _FIT_CACHE_SIZE = 32
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.exp(logits - logits.max())
-    return z / z.sum()
-
-
 def _prior_mse(psi: np.ndarray, q: np.ndarray) -> tuple[float, np.ndarray]:
     """``MSE(softmax(ψ), q)`` (mean over the N entries, as ``torch.nn.functional.mse_loss``) and its gradient."""
-    p = _softmax(psi)
+    p = softmax(psi)
     r = p - q
     d = r * (2.0 / q.size)  # d MSE / d p
     return float(np.dot(r, r)) / q.size, p * (d - np.dot(p, d))  # chain rule through the softmax
-
-
-class _Adam:
-    """``torch.optim.Adam``'s update (no weight decay, no AMSGrad, eps 1e-8) on a float64 vector, in place."""
-
-    def __init__(self, lr: float, betas: tuple[float, float], eps: float = 1e-8) -> None:
-        self.lr, self.betas, self.eps = lr, betas, eps
-        self.step_count = 0
-        self.exp_avg: np.ndarray | None = None
-        self.exp_avg_sq: np.ndarray | None = None
-
-    def step(self, param: np.ndarray, grad: np.ndarray) -> None:
-        beta1, beta2 = self.betas
-        if self.exp_avg is None:
-            self.exp_avg, self.exp_avg_sq = np.zeros_like(param), np.zeros_like(param)
-        self.step_count += 1
-        self.exp_avg += (grad - self.exp_avg) * (1 - beta1)
-        self.exp_avg_sq *= beta2
-        self.exp_avg_sq += (1 - beta2) * grad * grad
-        step_size = self.lr / (1 - beta1 ** self.step_count)
-        denom = np.sqrt(self.exp_avg_sq) / math.sqrt(1 - beta2 ** self.step_count) + self.eps
-        param -= step_size * self.exp_avg / denom
 
 
 def _released_fit(
@@ -105,7 +80,7 @@ def _released_fit(
     Returns ψ and the Adam state (step count, exp_avg, exp_avg_sq) the updates continue from.
     """
     psi = init.copy()
-    optimizer = _Adam(lr, betas)
+    optimizer = Adam(lr, betas)
     loss = math.inf
     while loss > RELEASED_FIT_TOLERANCE:
         if optimizer.step_count >= RELEASED_FIT_MAX_STEPS:
@@ -172,7 +147,7 @@ class CorpusScorer:
         self.prior_fit = self._check_prior_fit(prior_fit)
         self._prior = self._check_prior(prior)
         self._psi = np.zeros(len(self.names), dtype=np.float64)
-        self._optimizer = _Adam(self.lr, self.betas)
+        self._optimizer = Adam(self.lr, self.betas)
         #: Adam steps the last :meth:`fit_to_prior` took (the released fit's count carries into the updates).
         self.fit_steps: int = 0
         self.fit_to_prior()
@@ -206,7 +181,7 @@ class CorpusScorer:
             )
         return q
 
-    def _minimise(self, loss_and_grad: Callable[[np.ndarray], tuple[float, np.ndarray]], optimizer: _Adam,
+    def _minimise(self, loss_and_grad: Callable[[np.ndarray], tuple[float, np.ndarray]], optimizer: Adam,
                   steps: int, tolerance: float | None = None) -> int:
         """Run up to ``steps`` Adam steps on ψ; stop early once the loss is <= tolerance. Returns the steps taken."""
         for step in range(steps):
@@ -230,7 +205,7 @@ class CorpusScorer:
     @property
     def probabilities(self) -> np.ndarray:
         """softmax(ψ) as float64, renormalised so it sums to 1."""
-        p = _softmax(self._psi)
+        p = softmax(self._psi)
         return p / p.sum()
 
     def fit_to_prior(self, prior: Sequence[float] | None = None, *, start: Sequence[float] | None = None) -> float:
@@ -271,9 +246,9 @@ class CorpusScorer:
 
         if self.prior_fit == "exact":
             self._psi = init.copy()
-            self.fit_steps = self._minimise(lambda psi: _prior_mse(psi, q), _Adam(self.lr, self.betas), self.steps,
+            self.fit_steps = self._minimise(lambda psi: _prior_mse(psi, q), Adam(self.lr, self.betas), self.steps,
                                             tolerance=FIT_TOLERANCE)
-            self._optimizer = _Adam(self.lr, self.betas)
+            self._optimizer = Adam(self.lr, self.betas)
             return _prior_mse(self._psi, q)[0]
 
         key = (q.tobytes(), init.tobytes(), self.lr, self.betas)
@@ -287,7 +262,7 @@ class CorpusScorer:
             _FIT_CACHE.move_to_end(key)
         psi, step_count, exp_avg, exp_avg_sq = cached
         self._psi = psi.copy()
-        self._optimizer = _Adam(self.lr, self.betas)
+        self._optimizer = Adam(self.lr, self.betas)
         self._optimizer.step_count = step_count
         if exp_avg is not None:
             self._optimizer.exp_avg, self._optimizer.exp_avg_sq = exp_avg.copy(), exp_avg_sq.copy()
@@ -315,7 +290,7 @@ class CorpusScorer:
             raise NonFiniteRewardError(bad)
         total = r.sum()
         # d/dψ of -Σ R(n) log softmax(ψ)_n is (Σ R)·p - R; the loss value itself is never needed.
-        self._minimise(lambda psi: (0.0, total * _softmax(psi) - r), self._optimizer, self.steps)
+        self._minimise(lambda psi: (0.0, total * softmax(psi) - r), self._optimizer, self.steps)
         return self.probabilities
 
     def _rewards_array(self, rewards: Sequence[float] | Mapping[str, float]) -> np.ndarray:
@@ -414,7 +389,7 @@ class CorpusScorer:
         self.lr, self.steps, self.betas, self._prior = lr, steps, betas, prior
         self.prior_fit, self.fit_steps = prior_fit, fit_steps
         self._psi = logits
-        self._optimizer = _Adam(self.lr, self.betas)
+        self._optimizer = Adam(self.lr, self.betas)
         if adam_state is not None:
             self._optimizer.step_count, self._optimizer.exp_avg, self._optimizer.exp_avg_sq = adam_state
 
