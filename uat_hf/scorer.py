@@ -25,11 +25,10 @@ One Adam optimizer serves the fit (in ``released`` mode) and every update, and i
 :meth:`CorpusScorer.state_dict`, so a resumed run continues bit for bit.
 
 Everything runs in float64 NumPy with the closed-form gradients and ``torch.optim.Adam``'s update rule
-(:class:`uat_hf.adam.Adam`),
-without touching any global random state, so equal inputs give bit-identical outputs. Autograd and a torch
-optimizer would do the same arithmetic for an N-vector at ~20× the cost, which matters for the tens of
-thousands of steps of a released fit; released fits are also cached per (q, start, lr, betas), so
-building the same scorer again does not repeat them.
+(:class:`uat_hf.adam.Adam`), without touching any global random state, so equal inputs give bit-identical
+outputs. Autograd and a torch optimizer would do the same arithmetic for an N-vector at ~20× the cost, which
+matters for the tens of thousands of steps of a released fit; released fits are also cached per (q, start,
+lr, betas), so building the same scorer again does not repeat them.
 """
 
 from __future__ import annotations
