@@ -405,6 +405,7 @@ def run_dir_of(setup_dir: Path, strategy: str, seed: int) -> Path:
 def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int, settings: Mapping[str, Any]) -> dict:
     import torch
     from transformers import set_seed
+    from transformers.trainer import TRAINER_STATE_NAME
     from transformers.trainer_utils import get_last_checkpoint
 
     from uat_hf.evaluation import translate, write_hypotheses
@@ -469,7 +470,7 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
         f"({settings['steps']} steps, {count_parameters(model):,} parameters)")
     start = time.perf_counter()
     checkpoint = get_last_checkpoint(str(run_dir)) if resume else None
-    checkpoint_state = read_json(Path(checkpoint) / "trainer_state.json", {}) if checkpoint else {}
+    checkpoint_state = read_json(Path(checkpoint) / TRAINER_STATE_NAME, {}) if checkpoint else {}
     if checkpoint and checkpoint_state.get("global_step", 0) >= settings["steps"]:
         # Training had finished and only the evaluation was interrupted. Trainer.train would still take one more
         # step when resumed at max_steps, so restore the final model and balancing state from the checkpoint instead.

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "uat_hf"
 
 #: Bottom to top.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"names", "hub_errors", "adam", "checkpoints", "metrics"}),
+    ("leaves", {"names", "hub_errors", "adam", "checkpoints", "columns", "metrics"}),
     ("math", {"priors", "measures", "scorer"}),
     ("distribution", {"distribution"}),
     ("sampler", {"packing", "sampler"}),

@@ -24,7 +24,8 @@ from transformers import DefaultFlowCallback
 from transformers.trainer_utils import seed_worker
 
 from .callback import CorpusBalancingCallback
-from .rewards import MODEL_COLUMNS, BalancingReward, model_columns
+from .columns import MODEL_COLUMNS, TOKEN_COLUMNS
+from .rewards import BalancingReward
 from .sampler import CorpusBatchSampler
 from .uat_config import UATConfig
 from .uncertainty import UncertaintyReward
@@ -132,13 +133,13 @@ def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Datase
 def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
     """The corpora's model columns concatenated in the dict's order (the sampler's global index space)."""
     _check_model_columns(corpora, "Training")
-    parts = [model_columns(dataset) for dataset in corpora.values()]
+    parts = [dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]) for dataset in corpora.values()]
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 
 def _check_model_columns(corpora: Mapping[str, Dataset], kind: str) -> None:
     for name, dataset in corpora.items():
-        missing = [c for c in ("input_ids", "labels") if c not in dataset.column_names]
+        missing = [c for c in TOKEN_COLUMNS if c not in dataset.column_names]
         if missing:
             raise ValueError(
                 f"{kind} corpus {name!r} lacks the column(s) {missing} (has {dataset.column_names}); "

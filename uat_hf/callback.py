@@ -34,7 +34,8 @@ from transformers import TrainerCallback
 
 from .checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, write_json_atomically
 from .names import check_exact_names
-from .rewards import BalancingReward, model_columns
+from .columns import model_columns
+from .rewards import BalancingReward
 from .packing import draw_token_batch, example_lengths, split_by_tokens
 from .sampler import CorpusBatchSampler
 

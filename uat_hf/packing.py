@@ -18,6 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .columns import TOKEN_COLUMNS
+
 __all__ = [
     "PackedBatches",
     "draw_token_batch",
@@ -36,7 +38,7 @@ def longest_first(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
 
 
-def example_lengths(dataset, columns: Sequence[str] = ("input_ids", "labels")) -> np.ndarray:
+def example_lengths(dataset, columns: Sequence[str] = TOKEN_COLUMNS) -> np.ndarray:
     """Per-example size in tokens, max over ``columns`` (fairseq counts max(source, target) length).
 
     Reads the list lengths from the Arrow columns directly, so it is fast on memory-mapped corpora with

@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 import datasets
 from transformers import PreTrainedTokenizerBase
 
+from .columns import REFERENCE_COLUMN
 from .corpus_specs import CorpusSpec, check_split, language_tag
 
 __all__ = [
@@ -241,5 +242,5 @@ def _tokenize_batch(
         "input_ids": inputs["input_ids"],
         "attention_mask": inputs["attention_mask"],
         "labels": labels["input_ids"],
-        "target_text": batch["target"],
+        REFERENCE_COLUMN: batch["target"],
     }

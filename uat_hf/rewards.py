@@ -4,7 +4,7 @@ A reward is computed in *shares*: each rank does its part of the work and return
 callback sums them over ranks (one all-reduce) and calls :meth:`BalancingReward.finalize`, which is the
 same on every rank. On one process the share is the whole.
 
-The helpers here are the model side both rewards use: the columns a model reads, the logits at real
+The helpers here are the model side both rewards use: the logits at real
 target positions only (:func:`target_logits`), and passes whose dropout masks come from a forked, seeded
 RNG with every module's mode restored afterwards (:func:`dropout_active`), so that measuring never
 perturbs training and a resumed run measures the same. The rewards themselves:
@@ -21,19 +21,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from .columns import MODEL_COLUMNS
+
 __all__ = [
-    "MODEL_COLUMNS",
     "BalancingReward",
     "dropout_active",
-    "model_columns",
     "model_device",
     "private_rng",
     "restored_modes",
     "target_logits",
 ]
 
-#: The columns of a tokenized corpus that a seq2seq model reads (``target_text`` and the like are not).
-MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
 #: Model types whose logits are ``lm_head(decoder hidden state) [+ final_logits_bias]``: for them the output
 #: layer can be applied to real target positions only.
 _HEAD_ON_HIDDEN_TYPES = {"marian", "bart", "mbart", "pegasus", "m2m_100", "blenderbot", "blenderbot-small"}
@@ -59,12 +57,6 @@ class BalancingReward:
     def finalize(self, totals: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict]:
         """Rewards per corpus (and extra fields for the history record) from the rank-summed shares."""
         raise NotImplementedError
-
-
-def model_columns(dataset):
-    """``dataset`` with only its :data:`MODEL_COLUMNS` (the same object when it has no other column)."""
-    columns = [c for c in MODEL_COLUMNS if c in dataset.column_names]
-    return dataset.select_columns(columns) if len(columns) < len(dataset.column_names) else dataset
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -118,7 +110,7 @@ def target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: tor
     with its own decoder-start convention; the base model alone would not (BART's would shift the source).
     """
     if "decoder_input_ids" not in batch:
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "labels") if k in batch}
+        inputs = {k: batch[k] for k in MODEL_COLUMNS if k in batch}
         return model(**inputs).logits[mask]
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask") if k in batch}
     if getattr(model.config, "model_type", None) in _HEAD_ON_HIDDEN_TYPES and hasattr(model, "model"):

@@ -31,6 +31,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput
 
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
 from .checkpoints import BALANCING_STATE_FILE, LATEST, checkpoint_problem, last_complete_checkpoint
+from .columns import REFERENCE_COLUMN
 from .distribution import CorpusDistribution
 from .measures import IGNORE_INDEX
 from .metrics import macro_average, translation_scores
@@ -39,7 +40,6 @@ from .uat_config import UATConfig
 
 __all__ = ["UATTrainer", "attach_balancing", "concatenate_corpora", "corpus_dataloader"]
 
-REFERENCE_COLUMN = "target_text"
 SIGNATURES_FILE = "metric_signatures.json"
 
 
