@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("rewards", {"rewards", "uncertainty", "gradient_cosine"}),
     ("callback", {"callback"}),
     ("trainer", {"uat_config", "balancing", "uat_trainer"}),
-    ("data and recipes", {"corpus_files", "corpus_specs", "preprocessing", "corpora", "tokenization", "presets",
+    ("data and recipes", {"corpus_files", "corpus_specs", "preprocessing", "corpora", "tokenization", "presets", "model_card",
                           "recipe", "plotting", "evaluation"}),
     ("command line", {"cli"}),
 ]

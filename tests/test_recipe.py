@@ -53,6 +53,29 @@ def test_save_and_load_round_trip_through_a_local_directory(tmp_path):
     assert run.max_train_minutes is None
 
 
+def test_model_card_has_hub_metadata_and_the_means_last(tmp_path):
+    from huggingface_hub import ModelCard
+
+    results = {"eval_software_bleu": 2.0, "eval_software_chrf": 10.0, "eval_bible_bleu": 3.5, "eval_bible_chrf": 20.0,
+               "eval_mean_bleu": 2.75, "eval_mean_chrf": 15.0, "eval_kde4_bleu": 1.0, "eval_kde4_chrf": 5.0,
+               "eval_loss": 9.9}
+    fields = {**FIELDS, "model_name_or_path": "Helsinki-NLP/opus-mt-en-de", "eval_corpus_specs": [
+        {"name": "kde4", "source_lang": "en", "target_lang": "de", "path": "Helsinki-NLP/kde4", "hub_config": "de-en"}]}
+    Recipe(fields).save_pretrained(tmp_path, results=results)
+    card = ModelCard.load(tmp_path / MODEL_CARD_FILE)
+    data = card.data
+    assert data.language == ["en", "de"] and data.metrics == ["bleu", "chrf"]
+    assert data.datasets == ["Helsinki-NLP/kde4"] and data.base_model == "Helsinki-NLP/opus-mt-en-de"
+    assert data.library_name == "transformers" and data.pipeline_tag == "translation" and "multiuat" in data.tags
+    scores = {(r.dataset_name, r.metric_type): r.metric_value for r in data.eval_results}
+    assert scores == {("bible", "bleu"): 3.5, ("bible", "chrf"): 20.0, ("kde4", "bleu"): 1.0, ("kde4", "chrf"): 5.0,
+                      ("software", "bleu"): 2.0, ("software", "chrf"): 10.0}
+    kde4 = next(r for r in data.eval_results if r.dataset_name == "kde4")
+    assert (kde4.dataset_type, kde4.dataset_config, kde4.dataset_split) == ("Helsinki-NLP/kde4", "de-en", "test")
+    rows = [line.split(" | ")[0].strip("| ") for line in card.text.splitlines() if line.startswith("| ")]
+    assert rows == ["corpus", "bible", "kde4", "software", "mean"]
+
+
 def test_hub_repo_id_goes_through_hf_hub_download(tmp_path, monkeypatch):
     stored = Recipe(FIELDS).save_pretrained(tmp_path / "cache", model_card=False)
     calls = []

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import yaml
-from huggingface_hub import hf_hub_download
+from huggingface_hub import ModelCard, hf_hub_download
 
 from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_id, is_hub_unreachable
+from .model_card import build_model_card
 
 __all__ = ["RECIPE_FILE", "MODEL_CARD_FILE", "Recipe"]
 
@@ -167,9 +168,8 @@ class Recipe(Mapping[str, Any]):
         directory.mkdir(parents=True, exist_ok=True)
         file = directory / RECIPE_FILE
         file.write_text(self.to_yaml(), encoding="utf-8")
-        card = directory / MODEL_CARD_FILE
         if model_card:
-            card.write_text(self.model_card(results), encoding="utf-8")
+            self.model_card(results).save(directory / MODEL_CARD_FILE)
         return file
 
     def push_to_hub(self, repo_id: str, *, token: str | bool | None = None, private: bool | None = None,
@@ -184,48 +184,7 @@ class Recipe(Mapping[str, Any]):
             repo_type=repo_type, commit_message=commit_message,
         )
 
-    def model_card(self, results: Mapping[str, float] | None = None) -> str:
-        """A short model card: what was trained on what, how balanced, how to reproduce, and the scores."""
-        get = self._fields.get
-        corpora = get("corpora") or [spec.get("name") for spec in get("corpus_specs") or [] if isinstance(spec, dict)]
-        ood = [spec.get("name") for spec in get("eval_corpus_specs") or [] if isinstance(spec, dict)]
-        strategy = get("strategy", "proportional")
-        if strategy == "multiuat":
-            strategy += f" (measure {get('measure', 'enteos')}, K={get('mc_samples', 30)}, S={get('update_every', 1000)})"
-        lines = [
-            "---",
-            "library_name: transformers",
-            "tags:",
-            "- translation",
-            "- uat-hf",
-            "- multiuat",
-            "---",
-            "",
-            "# Multi-corpus translation model trained with uat-hf",
-            "",
-            f"- Model: `{get('model_name_or_path', 'small')}`",
-            f"- Training data: `{get('corpus_dir') or 'corpus_specs'}`" + (f" — corpora {', '.join(map(str, corpora))}" if corpora else ""),
-            f"- Direction: {get('direction', 'multi-domain')}",
-            f"- Corpus balancing: {strategy}",
-        ]
-        if ood:
-            lines.append(f"- Out-of-domain evaluation: {', '.join(map(str, ood))}")
-        lines += [
-            "",
-            "## Reproduce",
-            "",
-            "```bash",
-            "uat-train --config <this directory or repo id>",
-            "```",
-            "",
-            f"The full configuration is in `{RECIPE_FILE}`.",
-        ]
-        if results:
-            per_corpus = sorted({key[len("eval_"):-len("_bleu")] for key in results if key.startswith("eval_") and key.endswith("_bleu")})
-            if per_corpus:
-                lines += ["", "## Results", "", "| corpus | BLEU | chrF |", "|---|---|---|"]
-                for name in per_corpus:
-                    bleu, chrf = results.get(f"eval_{name}_bleu"), results.get(f"eval_{name}_chrf")
-                    fmt = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "–"  # noqa: E731
-                    lines.append(f"| {name} | {fmt(bleu)} | {fmt(chrf)} |")
-        return "\n".join(lines) + "\n"
+    def model_card(self, results: Mapping[str, float] | None = None) -> ModelCard:
+        """The model card of a run of this recipe (:func:`uat_hf.model_card.build_model_card`): Hub metadata,
+        what was trained on what, how balanced, how to reproduce, and the scores in ``results``."""
+        return build_model_card(self._fields, results, recipe_file=RECIPE_FILE)
