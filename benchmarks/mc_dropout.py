@@ -30,7 +30,7 @@ from transformers import DataCollatorForSeq2Seq
 
 from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.measures import eos_positions, position_statistics, sentence_uncertainty
-from uat_hf.presets import build_model, count_parameters
+from uat_hf.presets import build_model
 from uat_hf.uncertainty import UncertaintyReward
 from uat_hf.packing import draw_token_batch, example_lengths, split_by_tokens
 from uat_hf.tokenization import train_joint_tokenizer
@@ -127,7 +127,7 @@ def main() -> None:
         dev_rows.append([columns[int(i)] for i in shuffled])
         dev_batches.append([collate([columns[int(i)] for i in chunk]) for chunk in split_by_tokens(chosen, lengths, 4096)])
 
-    print(f"model {options.preset}: {count_parameters(model) / 1e6:.1f}M parameters, device {device}, "
+    print(f"model {options.preset}: {model.num_parameters() / 1e6:.1f}M parameters, device {device}, "
           f"N={len(dev_rows)} corpora, ~{options.dev_tokens} target tokens each, measure {options.measure}, "
           f"precision {options.precision}, torch threads {torch.get_num_threads()}")
     print(f"{'K':>3} {'method':<22} {'seconds':>8} {'peak MB':>8}  rewards")

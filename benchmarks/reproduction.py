@@ -410,7 +410,7 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
 
     from uat_hf.evaluation import translate, write_hypotheses
     from uat_hf.metrics import macro_average, translation_scores
-    from uat_hf.presets import build_model, count_parameters
+    from uat_hf.presets import build_model
     from uat_hf.uat_config import UATConfig
     from uat_hf.uat_trainer import UATTrainer
 
@@ -467,7 +467,7 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
     names = list(trainer.corpus_sampler.names)
     initial = dict(zip(names, trainer.corpus_sampler.probabilities.tolist()))
     say(f"{label}: {'resuming from the last checkpoint' if resume else 'training'} "
-        f"({settings['steps']} steps, {count_parameters(model):,} parameters)")
+        f"({settings['steps']} steps, {model.num_parameters():,} parameters)")
     start = time.perf_counter()
     checkpoint = get_last_checkpoint(str(run_dir)) if resume else None
     checkpoint_state = read_json(Path(checkpoint) / TRAINER_STATE_NAME, {}) if checkpoint else {}
@@ -518,7 +518,7 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
         "train_loss_first": losses[0] if losses else None,
         "train_loss_last": losses[-1] if losses else None,
         "train_loss_mean": training_loss,
-        "parameters": count_parameters(model),
+        "parameters": model.num_parameters(),
         "settings": dict(settings),
         "signatures": signatures,
         "machine": machine_info(),

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import MarianMTModel
 
-from uat_hf.presets import MODEL_PRESETS, build_model, count_parameters
+from uat_hf.presets import MODEL_PRESETS, build_model
 from uat_hf.tokenization import train_joint_tokenizer
 
 # preset: (layers per side, heads, d_model, ffn, dropout)
@@ -49,9 +49,9 @@ def test_preset_sizes_and_parameter_counts(name, toy_tokenizer):
     assert (config.d_model, config.encoder_ffn_dim, config.decoder_ffn_dim) == (d_model, ffn, ffn)
     assert config.dropout == dropout
     assert config.share_encoder_decoder_embeddings and config.scale_embedding
-    assert count_parameters(model) == expected_parameters(MODEL_PRESETS[name], len(toy_tokenizer))
+    assert model.num_parameters() == expected_parameters(MODEL_PRESETS[name], len(toy_tokenizer))
     frozen_positions = 2 * config.max_position_embeddings * d_model
-    assert count_parameters(model, trainable_only=True) == count_parameters(model) - frozen_positions
+    assert model.num_parameters(only_trainable=True) == model.num_parameters() - frozen_positions
 
 
 def test_paper_scale_parameter_counts_with_a_32k_vocabulary():

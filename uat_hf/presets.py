@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import (
     AutoModelForSeq2SeqLM,
     GenerationConfig,
@@ -101,11 +100,6 @@ def build_model(
     if max_length is not None:
         model.generation_config.max_length = max_length
     return model
-
-
-def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
-    """Number of distinct parameters (tied/shared embeddings are counted once)."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
 def _model_from_preset(preset: str, tokenizer: PreTrainedTokenizerBase, overrides: dict[str, Any]) -> MarianMTModel:

@@ -123,7 +123,7 @@ def prepare(
     """
     from transformers import set_seed
 
-    from ..presets import build_model, count_parameters
+    from ..presets import build_model
 
     start = time.monotonic() if start is None else start
     output_dir = Path(training_args.output_dir)
@@ -177,7 +177,7 @@ def prepare(
     check_model_lengths(model, data_args)
     for key, value in (model_args.generation_overrides or {}).items():
         setattr(model.generation_config, key, value)
-    say(f"model: {model_args.model_name_or_path}, {count_parameters(model) / 1e6:.2f}M parameters; "
+    say(f"model: {model_args.model_name_or_path}, {model.num_parameters() / 1e6:.2f}M parameters; "
          f"strategy {training_args.strategy}; prep took {time.monotonic() - start:.0f}s")
 
     # In-training evaluation (eval_strategy, load_best_model_at_end) always looks at the dev sets, never at test;
