@@ -30,10 +30,10 @@ from transformers import DataCollatorForSeq2Seq
 
 from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.measures import eos_positions, position_statistics, sentence_uncertainty
-from uat_hf.presets import build_model
-from uat_hf.uncertainty import UncertaintyReward
 from uat_hf.packing import draw_token_batch, example_lengths, split_by_tokens
+from uat_hf.presets import build_model
 from uat_hf.tokenization import train_joint_tokenizer
+from uat_hf.uncertainty import UncertaintyReward
 
 
 class PeakMemory:

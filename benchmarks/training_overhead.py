@@ -24,10 +24,10 @@ from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.plotting import load_history
 from uat_hf.presets import build_model
-from uat_hf.uncertainty import UncertaintyReward
 from uat_hf.tokenization import train_joint_tokenizer
 from uat_hf.uat_config import UATConfig
 from uat_hf.uat_trainer import UATTrainer
+from uat_hf.uncertainty import UncertaintyReward
 
 
 def main() -> None:

@@ -41,8 +41,8 @@ def option_strings(parser) -> set[str]:
 
 
 def test_the_three_parsers_accept_the_same_flags_for_the_shared_concepts():
-    from uat_hf.cli.parsing import make_parser
     from uat_hf.cli.evaluate import build_parser as evaluate_parser
+    from uat_hf.cli.parsing import make_parser
     from uat_hf.cli.plot import build_parser as plot_parser
 
     train, evaluate, plot = (option_strings(parser()) for parser in (make_parser, evaluate_parser, plot_parser))

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from conftest import MULTIDOMAIN
+
 from uat_hf.cli.evaluate import main as evaluate_main
 from uat_hf.corpora import BUNDLED_DIR
 from uat_hf.evaluation import (
+    eval_set_specs,
     load_eval_sets,
     load_translation_model,
     paired_significance,
     read_hypotheses,
-    eval_set_specs,
     translate,
     write_hypotheses,
 )

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import free_port
 from transformers import DataCollatorForSeq2Seq
 
-from conftest import free_port
 from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.gradient_cosine import GradientCosineReward
 from uat_hf.presets import build_model

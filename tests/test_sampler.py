@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from uat_hf.priors import temperature_prior, validate_probabilities
 from uat_hf.packing import example_lengths
+from uat_hf.priors import temperature_prior, validate_probabilities
 from uat_hf.sampler import CorpusBatchSampler
 
 NAMES = ("big", "mid", "small")

@@ -15,7 +15,8 @@ stock trainer it takes three lines::
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from datasets import Dataset, concatenate_datasets

@@ -26,17 +26,18 @@ import logging
 import math
 import os
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from transformers import TrainerCallback
 
 from .checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, write_json_atomically
-from .names import check_exact_names
 from .columns import model_columns
-from .rewards import BalancingReward
+from .names import check_exact_names
 from .packing import draw_token_batch, example_lengths, split_by_tokens
+from .rewards import BalancingReward
 from .sampler import CorpusBatchSampler
 
 logger = logging.getLogger(__name__)

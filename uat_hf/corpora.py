@@ -21,8 +21,8 @@ This module is where users find the whole data API: it also exports the names of
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import datasets
 from transformers import PreTrainedTokenizerBase

@@ -6,8 +6,8 @@ Used by :mod:`uat_hf.corpora`; nothing here reads a corpus into a Dataset.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import fsspec
 

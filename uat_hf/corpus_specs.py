@@ -9,9 +9,9 @@ and the argument parsing built on it, loads without ``datasets`` or torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from .corpus_files import corpus_files
 

@@ -11,7 +11,8 @@ in one piece, and loading checks that p, ψ and the update count agree.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class CorpusDistribution:
         scorer_lr: float = 1e-4,
         scorer_steps: int = 200,
         scorer_prior_fit: str = "released",
-    ) -> "CorpusDistribution":
+    ) -> CorpusDistribution:
         """The distribution a strategy starts from: the hand-given ``probabilities``, else the τ prior over
         the corpus ``sizes`` (τ: ``temperature``, else the strategy's own; 1 for dynamic strategies)."""
         names = list(sizes)

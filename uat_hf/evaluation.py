@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import torch
 from sacrebleu.metrics import BLEU, CHRF

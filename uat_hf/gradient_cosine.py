@@ -16,7 +16,7 @@ pair as both references do, at N_dev × (1 + N_train) instead of N_dev + N_train
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch

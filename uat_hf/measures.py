@@ -43,8 +43,6 @@ different per-sentence value, so it has no separate name here.
 
 from __future__ import annotations
 
-from typing import Union
-
 import torch
 from torch import Tensor
 
@@ -236,7 +234,7 @@ def sentence_uncertainty(
     return torch.exp(ratio)
 
 
-def eos_positions(labels: Tensor, eos_token_id: int, pad_id_or_mask: Union[int, Tensor]) -> Tensor:
+def eos_positions(labels: Tensor, eos_token_id: int, pad_id_or_mask: int | Tensor) -> Tensor:
     """Index of the first EOS among the real positions of each row of ``labels`` (``[B, T]`` -> ``[B]`` long).
 
     ``pad_id_or_mask`` is either the pad id of ``labels`` (an int; positions equal to it *or* to -100,

@@ -7,7 +7,7 @@ was computed (tokenizer, smoothing, casing, version). Scores are on detokenized 
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import sacrebleu
 

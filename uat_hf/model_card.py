@@ -8,8 +8,9 @@ it was balanced, how to reproduce it, and the scores: one row per corpus in name
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 

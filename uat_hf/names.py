@@ -9,7 +9,8 @@ is this module's. Pure Python: every layer may import it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = ["check_exact_names", "check_unique_names", "repeated_names"]
 

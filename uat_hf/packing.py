@@ -13,8 +13,8 @@ Pure NumPy (``pyarrow`` only to read list lengths from a ``datasets.Dataset``); 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

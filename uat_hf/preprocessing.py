@@ -14,8 +14,8 @@ chains them after reading each split.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import datasets
 from transformers import PreTrainedTokenizerBase

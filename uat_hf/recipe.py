@@ -24,8 +24,9 @@ them is the command line's job: :func:`uat_hf.cli.parsing.recipe_to_dataclasses`
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import yaml
 from huggingface_hub import ModelCard, hf_hub_download
@@ -76,13 +77,13 @@ class Recipe(Mapping[str, Any]):
     def to_dict(self) -> dict[str, Any]:
         return dict(self._fields)
 
-    def updated(self, **changes: Any) -> "Recipe":
+    def updated(self, **changes: Any) -> Recipe:
         """A copy with some fields changed (``None`` values are kept: they mean 'unset')."""
         return Recipe({**self._fields, **changes}, source=self.source)
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def from_yaml(cls, text: str, *, source: str | None = None) -> "Recipe":
+    def from_yaml(cls, text: str, *, source: str | None = None) -> Recipe:
         """Parse YAML text (``yaml.safe_load``); it must hold a mapping (an empty document is an empty recipe)."""
         try:
             data = yaml.safe_load(text)
@@ -97,7 +98,7 @@ class Recipe(Mapping[str, Any]):
         return cls(data, source=source)
 
     @classmethod
-    def from_yaml_file(cls, path: str | Path) -> "Recipe":
+    def from_yaml_file(cls, path: str | Path) -> Recipe:
         path = Path(path)
         return cls.from_yaml(path.read_text(encoding="utf-8"), source=str(path))
 
@@ -112,7 +113,7 @@ class Recipe(Mapping[str, Any]):
         token: str | bool | None = None,
         repo_type: str | None = None,
         local_files_only: bool = False,
-    ) -> "Recipe":
+    ) -> Recipe:
         """Load a recipe from a YAML file, a directory holding ``recipe.yaml``, or a Hub repository.
 
         Args:

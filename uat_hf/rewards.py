@@ -15,7 +15,7 @@ perturbs training and a resumed run measures the same. The rewards themselves:
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch

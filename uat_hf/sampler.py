@@ -37,8 +37,8 @@ to the next epoch by itself.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -146,10 +146,10 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
     @classmethod
     def from_datasets(
         cls,
-        corpora: Mapping[str, "object"],
+        corpora: Mapping[str, object],
         distribution: CorpusDistribution | Sequence[float] | None = None,
         **kwargs,
-    ) -> "CorpusBatchSampler":
+    ) -> CorpusBatchSampler:
         """Build from tokenized ``datasets.Dataset``s (default p: proportional to size)."""
         return cls({name: example_lengths(dataset) for name, dataset in corpora.items()}, distribution, **kwargs)
 

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,7 @@ RELEASED_FIT_MAX_STEPS = 2_000_000
 #: ``exact`` fits stop once MSE(softmax(ψ), q) is at or below this (an RMS error of 1e-14: round-off).
 FIT_TOLERANCE = 1e-28
 
-_FIT_CACHE: "OrderedDict[tuple, tuple[np.ndarray, int, np.ndarray | None, np.ndarray | None]]" = OrderedDict()
+_FIT_CACHE: OrderedDict[tuple, tuple[np.ndarray, int, np.ndarray | None, np.ndarray | None]] = OrderedDict()
 _FIT_CACHE_SIZE = 32
 
 

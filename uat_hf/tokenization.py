@@ -14,8 +14,9 @@ subwords would cost the model an extra job (recognising the tag) and is rejected
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Literal, Mapping, Sequence
+from typing import Literal
 
 import datasets
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers

@@ -8,15 +8,16 @@ Trainer's own arguments (the TRL convention: ``<method>_config.py`` beside ``<me
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from transformers import Seq2SeqTrainingArguments
 
-from .distribution import DYNAMIC_STRATEGIES, STATIC_STRATEGIES, STRATEGIES, CorpusDistribution
+from .distribution import DYNAMIC_STRATEGIES, STRATEGIES, CorpusDistribution
 from .measures import MEASURES, RELEASED_CODE_MEASURES
 from .priors import STATIC_TEMPERATURES, check_corpus_probabilities
 from .scorer import PRIOR_FITS
+
 MC_BATCH_MODES = ("auto", "loop", "replicate")
 
 

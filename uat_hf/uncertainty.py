@@ -11,7 +11,7 @@ RNG stream (and a resumed run measures the same).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import torch

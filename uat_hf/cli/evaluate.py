@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import datasets
 
-from ..preprocessing import corpus_tags
 from ..evaluation import (
     EvalSet,
     eval_set_specs,
@@ -42,6 +42,7 @@ from ..evaluation import (
     write_hypotheses,
 )
 from ..metrics import format_table, macro_average
+from ..preprocessing import corpus_tags
 from ..tokenization import check_tags_in_vocab
 from .tool_arguments import EVALUATE_RECIPE_FIELDS, EvaluateArguments, make_evaluate_parser, parse_tool_arguments
 

@@ -14,8 +14,9 @@ defaults; ``parse_args_into_dataclasses`` still builds the same dataclasses).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
-from typing import Any, Iterable, Sequence, get_type_hints
+from typing import Any, get_type_hints
 
 from transformers import HfArgumentParser
 

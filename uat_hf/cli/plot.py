@@ -12,7 +12,7 @@ Useful while a run trains (the history grows at every update) and afterwards; se
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..plotting import plot_run
 from .tool_arguments import PlotArguments, make_plot_parser, parse_tool_arguments

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any
 
 from ..corpus_specs import DIRECTIONS, resolve_bundled
 from ..evaluation import SIGNIFICANCE_TESTS

@@ -28,8 +28,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
