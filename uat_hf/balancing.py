@@ -126,7 +126,9 @@ def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Datase
         prefetch_factor=args.dataloader_prefetch_factor if args.dataloader_num_workers > 0 else None,
         # A partial of a module-level function, not a lambda: worker processes started with ``spawn`` (macOS,
         # Windows) receive it pickled.
-        worker_init_fn=functools.partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
+        worker_init_fn=functools.partial(
+            seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index
+        ),
     )
     return trainer.accelerator.prepare(dataloader)
 
@@ -134,7 +136,9 @@ def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Datase
 def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
     """The corpora's model columns concatenated in the dict's order (the sampler's global index space)."""
     _check_model_columns(corpora, "Training")
-    parts = [dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]) for dataset in corpora.values()]
+    parts = [
+        dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]) for dataset in corpora.values()
+    ]
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 

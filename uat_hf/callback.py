@@ -110,7 +110,8 @@ class CorpusBalancingCallback(TrainerCallback):
         if (reward is not None) != self.distribution.is_dynamic:
             raise ValueError(
                 f"Strategy {self.distribution.strategy!r} "
-                + ("learns p and needs a reward to measure." if reward is None else "keeps p fixed; give it no reward.")
+                + ("learns p and needs a reward to measure." if reward is None
+                   else "keeps p fixed; give it no reward.")
             )
         if reward is not None:
             if self.update_every < 1:
@@ -122,7 +123,8 @@ class CorpusBalancingCallback(TrainerCallback):
                 _check_same_corpora(sampler.names, self.train_corpora, "train")
             self._dev_lengths = {n: _target_lengths(self.dev_corpora[n]) for n in sampler.names}
             self._train_lengths = (
-                {n: example_lengths(self.train_corpora[n]) for n in sampler.names} if reward.needs_train_batches else {}
+                {n: example_lengths(self.train_corpora[n]) for n in sampler.names}
+                if reward.needs_train_batches else {}
             )
 
     @property
@@ -228,7 +230,8 @@ class CorpusBalancingCallback(TrainerCallback):
 
         def draw(j: int, key: int | tuple[int, int], purpose: int) -> list[dict]:
             n = names[j]
-            return self._token_batches(self.train_corpora[n], self._train_lengths[n], self.train_batch_tokens, key, purpose)
+            return self._token_batches(self.train_corpora[n], self._train_lengths[n], self.train_batch_tokens, key,
+                                       purpose)
 
         if not getattr(self.reward, "per_pair_train_batches", False):
             return [draw(j, j, 1) for j in range(len(names))]
@@ -239,10 +242,12 @@ class CorpusBalancingCallback(TrainerCallback):
         """Seed of this rank's MC-dropout masks (or gradient-cosine dropout) for the next update."""
         return int(np.random.SeedSequence([self.seed, self.update_count, process_index]).generate_state(1)[0])
 
-    def _token_batches(self, dataset, lengths: np.ndarray, tokens: int, corpus: int | Sequence[int], purpose: int) -> list[dict]:
+    def _token_batches(self, dataset, lengths: np.ndarray, tokens: int, corpus: int | Sequence[int],
+                       purpose: int) -> list[dict]:
         rng = np.random.default_rng([self.seed, self.update_count, purpose, *np.atleast_1d(corpus).tolist()])
         chosen = draw_token_batch(lengths, tokens, rng)
-        return [self.collate_fn(_rows(dataset, chunk)) for chunk in split_by_tokens(chosen, lengths, self.sub_batch_tokens)]
+        chunks = split_by_tokens(chosen, lengths, self.sub_batch_tokens)
+        return [self.collate_fn(_rows(dataset, chunk)) for chunk in chunks]
 
     def _training_precision(self):
         """The passes run in the precision the model trains in: under ``bf16``/``fp16`` the Trainer's forward is
@@ -262,14 +267,15 @@ class CorpusBalancingCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"format": _STATE_FORMAT, "distribution": self.distribution.state_dict(), "sampler": self.sampler.state_dict()}
+        return {"format": _STATE_FORMAT, "distribution": self.distribution.state_dict(),
+                "sampler": self.sampler.state_dict()}
 
     def load_state_dict(self, state: Mapping) -> None:
         if state.get("format") != _STATE_FORMAT:
             raise ValueError(
-                f"The balancing state has format {state.get('format')!r}, this version of uat_hf reads {_STATE_FORMAT} "
-                "(an older checkpoint kept p in the sampler and scorer separately); resume it with the uat_hf that wrote "
-                "it, or start a new run."
+                f"The balancing state has format {state.get('format')!r}, this version of uat_hf reads "
+                f"{_STATE_FORMAT} (an older checkpoint kept p in the sampler and scorer separately); resume it with "
+                "the uat_hf that wrote it, or start a new run."
             )
         self.distribution.load_state_dict(state["distribution"])
         self.sampler.load_state_dict(state["sampler"])

@@ -131,7 +131,8 @@ def load_corpora(
             pairs = preprocess(raw, preprocessing, corpus=spec.name, split=split)
             pairs = add_language_tags(pairs, target_tag=tag_of[spec.name])
             result[split][spec.name] = tokenize_corpus(
-                pairs, tokenizer, max_source_length=max_source_length, max_target_length=max_target_length, num_proc=num_proc
+                pairs, tokenizer, max_source_length=max_source_length, max_target_length=max_target_length,
+                num_proc=num_proc,
             )
     return result
 
@@ -161,7 +162,8 @@ def _load_raw(spec: CorpusSpec, split: str, location: str, cache_dir: str | None
         raise ValueError(f"Corpus {spec.name!r} split {split!r} ({location}) is empty.") from error
     except datasets.exceptions.DatasetGenerationError as error:
         reason = error.__cause__ or error
-        raise ValueError(f"Corpus {spec.name!r} split {split!r}: cannot read {location!r} as {builder}: {reason}") from error
+        raise ValueError(f"Corpus {spec.name!r} split {split!r}: cannot read {location!r} as {builder}: "
+                         f"{reason}") from error
 
 
 def _load_hub(spec: CorpusSpec, path: str, hub_split: str, split: str, cache_dir: str | None) -> datasets.Dataset:
@@ -177,7 +179,8 @@ def _load_hub(spec: CorpusSpec, path: str, hub_split: str, split: str, cache_dir
             raise
         config = f" (config {spec.hub_config!r})" if spec.hub_config else ""
         message = (
-            f"Corpus {spec.name!r} split {split!r}: could not load split {hub_split!r} of dataset {path!r}{config}: {error}"
+            f"Corpus {spec.name!r} split {split!r}: could not load split {hub_split!r} of dataset {path!r}{config}: "
+            f"{error}"
         )
         raise (FileNotFoundError if isinstance(error, FileNotFoundError) else ValueError)(message) from error
 
@@ -207,7 +210,8 @@ def _pair_fields(raw: datasets.Dataset, spec: CorpusSpec, split: str) -> dict[st
                 raise ValueError(f"Corpus {spec.name!r}: set both source_field and target_field, not just one.")
             if field not in columns:
                 raise ValueError(
-                    f"Corpus {spec.name!r} split {split!r}: {side} field {field!r} not found; fields present: {columns}."
+                    f"Corpus {spec.name!r} split {split!r}: {side} field {field!r} not found; fields present: "
+                    f"{columns}."
                 )
         return {side: (field, None) for side, field in pair.items()}
     if _TRANSLATION_FIELD not in columns:
@@ -236,7 +240,8 @@ def _translation_keys(feature) -> list[str] | None:
 def _pair_batch(batch: dict, indices: list[int], *, fields: dict, corpus: str, split: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for side, (column, key) in fields.items():
-        values = batch[column] if key is None else [row.get(key) if isinstance(row, dict) else None for row in batch[column]]
+        values = (batch[column] if key is None
+                  else [row.get(key) if isinstance(row, dict) else None for row in batch[column]])
         for position, (index, value, row) in enumerate(zip(indices, values, batch[column])):
             if not isinstance(value, str):
                 where = f"field {column!r}" if key is None else f"language {key!r} in field {column!r}"

@@ -107,7 +107,8 @@ def resolve_bundled(path: str | None) -> str | None:
     resolved = BUNDLED_DIR / name
     if not resolved.exists():
         available = sorted(p.name for p in BUNDLED_DIR.iterdir() if p.is_dir())
-        raise ValueError(f"{path!r}: no bundled data named {name!r}; available: {[BUNDLED_PREFIX + a for a in available]}.")
+        raise ValueError(f"{path!r}: no bundled data named {name!r}; available: "
+                         f"{[BUNDLED_PREFIX + a for a in available]}.")
     return str(resolved)
 
 

@@ -92,7 +92,9 @@ def load_translation_model(
             f"The tokenizer of {tokenizer_source!r} has {len(tokenizer)} tokens but the model only "
             f"{model.get_input_embeddings().num_embeddings} embeddings: they do not belong together."
         )
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
     return model.to(device).eval(), tokenizer
 
 
@@ -171,7 +173,8 @@ def translate(
     if max_new_tokens is not None:
         # max_length=None: the model's stored max_length no longer competes with max_new_tokens.
         generate_kwargs.update(max_new_tokens=max_new_tokens, max_length=None)
-    lengths = [len(ids) for ids in tokenizer(list(sources), truncation=True, max_length=max_source_length)["input_ids"]]
+    encoded = tokenizer(list(sources), truncation=True, max_length=max_source_length)["input_ids"]
+    lengths = [len(ids) for ids in encoded]
     order = longest_first(lengths).tolist()
     device = next(model.parameters()).device
     hypotheses: list[str] = [""] * len(sources)
@@ -198,7 +201,8 @@ def score_eval_sets(
     per_corpus: dict[str, dict[str, float]] = {}
     signatures: dict[str, str] = {}
     for name, eval_set in eval_sets.items():
-        per_corpus[name], signatures = translation_scores(hypotheses[name], eval_set.references, bleu_tokenize=bleu_tokenize)
+        per_corpus[name], signatures = translation_scores(hypotheses[name], eval_set.references,
+                                                          bleu_tokenize=bleu_tokenize)
     return per_corpus, signatures
 
 
@@ -224,7 +228,8 @@ def paired_significance(
     system significantly different from itself.
     """
     if test not in SIGNIFICANCE_TESTS:
-        raise ValueError(f"Unknown significance test {test!r}; use 'bs' (paired bootstrap) or 'ar' (approximate randomization).")
+        raise ValueError(f"Unknown significance test {test!r}; use 'bs' (paired bootstrap) or 'ar' (approximate "
+                         "randomization).")
     if seed < 1:
         raise ValueError(f"seed must be a positive integer (sacrebleu treats 0 as 'do not seed'), got {seed}.")
     if not len(hypotheses) == len(baseline) == len(references):
@@ -268,7 +273,8 @@ def read_hypotheses(directory: str | Path, corpus: str, expected: int | None = N
     """The hypotheses of ``corpus`` from a folder written by :func:`write_hypotheses` (or by hand)."""
     path = hypothesis_path(directory, corpus)
     if not path.is_file():
-        present = sorted(p.name for p in Path(directory).glob(f"*{HYPOTHESIS_SUFFIX}")) if Path(directory).is_dir() else []
+        present = (sorted(p.name for p in Path(directory).glob(f"*{HYPOTHESIS_SUFFIX}"))
+                   if Path(directory).is_dir() else [])
         raise FileNotFoundError(
             f"No hypotheses for corpus {corpus!r}: expected {str(path)!r} with one translation per line "
             f"(files present: {present})."

@@ -198,7 +198,8 @@ def sentence_uncertainty(
         if entropy is None:
             raise ValueError(f"Measure {measure!r} needs the per-position entropy; got entropy=None.")
         if entropy.shape != max_prob.shape:
-            raise ValueError(f"entropy shape {tuple(entropy.shape)} does not match max_prob shape {tuple(max_prob.shape)}.")
+            raise ValueError(f"entropy shape {tuple(entropy.shape)} does not match max_prob shape "
+                             f"{tuple(max_prob.shape)}.")
         h = entropy.to(device=m.device, dtype=dtype)
         if measure == "entsent":
             return _masked_mean(h, mask, count_f)
@@ -252,7 +253,8 @@ def eos_positions(labels: Tensor, eos_token_id: int, pad_id_or_mask: int | Tenso
         raise ValueError(f"labels must be [batch, target_len], got shape {tuple(labels.shape)}.")
     if isinstance(pad_id_or_mask, Tensor) and pad_id_or_mask.dtype == torch.bool:
         if pad_id_or_mask.shape != labels.shape:
-            raise ValueError(f"mask shape {tuple(pad_id_or_mask.shape)} does not match labels shape {tuple(labels.shape)}.")
+            raise ValueError(f"mask shape {tuple(pad_id_or_mask.shape)} does not match labels shape "
+                             f"{tuple(labels.shape)}.")
         real = pad_id_or_mask.to(labels.device)
     else:
         pad_id = int(pad_id_or_mask)

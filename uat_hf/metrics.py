@@ -46,5 +46,6 @@ def format_table(per_corpus: Mapping[str, Mapping[str, float]]) -> str:
     lines = [f"{'corpus':<{width}}  {'BLEU':>6}  {'chrF':>6}"]
     for name, scores in per_corpus.items():
         lines.append(f"{name:<{width}}  {scores['bleu']:6.2f}  {scores['chrf']:6.2f}")
-    lines.append(f"{'mean':<{width}}  {macro_average(per_corpus, 'bleu'):6.2f}  {macro_average(per_corpus, 'chrf'):6.2f}")
+    lines.append(f"{'mean':<{width}}  {macro_average(per_corpus, 'bleu'):6.2f}  "
+                 f"{macro_average(per_corpus, 'chrf'):6.2f}")
     return "\n".join(lines)

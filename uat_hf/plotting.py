@@ -82,14 +82,16 @@ def load_history(history_or_output_dir: HistorySource) -> list[dict[str, Any]]:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number} is not a JSON record ({error}); is this a balancing history?") from error
+                raise ValueError(f"{path}:{number} is not a JSON record ({error}); is this a balancing "
+                                 "history?") from error
     if not records:
         raise ValueError(
             f"{str(path)!r} holds no update record yet: the run has not reached its first balancing update."
         )
     for number, record in enumerate(records, start=1):
         if "step" not in record or "probabilities" not in record:
-            raise ValueError(f"Record {number} of {str(path)!r} lacks 'step' or 'probabilities'; is this a balancing history?")
+            raise ValueError(f"Record {number} of {str(path)!r} lacks 'step' or 'probabilities'; is this a balancing "
+                             "history?")
     return records
 
 

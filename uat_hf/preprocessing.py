@@ -129,7 +129,9 @@ def add_language_tags(
     return dataset.map(_prefix_batch, batched=True, fn_kwargs={"prefix": prefix + " "}, desc=f"tag {prefix}")
 
 
-def corpus_tags(specs: Sequence[CorpusSpec], tags: str | Mapping[str, str | None] | None = "auto") -> dict[str, str | None]:
+def corpus_tags(
+    specs: Sequence[CorpusSpec], tags: str | Mapping[str, str | None] | None = "auto"
+) -> dict[str, str | None]:
     """Target-language tag for each corpus (``None``: untagged).
 
     ``tags``: ``"auto"`` tags only when the corpora have more than one target language (one-to-many);
@@ -170,7 +172,9 @@ def tokenize_corpus(
         batched=True,
         num_proc=num_proc,
         remove_columns=dataset.column_names,
-        fn_kwargs={"tokenizer": tokenizer, "max_source_length": max_source_length, "max_target_length": max_target_length},
+        fn_kwargs={
+            "tokenizer": tokenizer, "max_source_length": max_source_length, "max_target_length": max_target_length
+        },
         desc="tokenize",
     )
 

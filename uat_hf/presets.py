@@ -32,7 +32,9 @@ _FAIRSEQ_STYLE: dict[str, Any] = {
 }
 
 
-def _transformer(layers: int, heads: int, d_model: int, ffn: int, dropout: float, max_positions: int) -> dict[str, Any]:
+def _transformer(
+    layers: int, heads: int, d_model: int, ffn: int, dropout: float, max_positions: int
+) -> dict[str, Any]:
     return {
         **_FAIRSEQ_STYLE,
         "encoder_layers": layers,

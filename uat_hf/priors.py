@@ -34,7 +34,8 @@ def temperature_prior(sizes: Sequence[int] | Mapping[str, int], temperature: flo
         if not size > 0:
             raise ValueError(f"Corpus {name!r} has {int(size)} examples; every corpus needs at least one.")
     if not (temperature > 0):  # also rejects NaN
-        raise ValueError(f"prior_temperature must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got {temperature}.")
+        raise ValueError("prior_temperature must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got "
+                         f"{temperature}.")
     if math.isinf(temperature):
         return np.full(values.size, 1.0 / values.size)
     # Work in log space so that a huge τ or huge corpora cannot underflow.
@@ -87,7 +88,8 @@ def check_corpus_probabilities(
         try:
             number = float(value)
         except ValueError:
-            raise ValueError(f"corpus_probabilities: probability of corpus {name!r} must be a number, got {value!r}.") from None
+            raise ValueError(f"corpus_probabilities: probability of corpus {name!r} must be a number, got "
+                             f"{value!r}.") from None
         if not math.isfinite(number):
             raise ValueError(f"corpus_probabilities: probability of corpus {name!r} is {number}; it must be finite.")
         if number < 0:

@@ -130,7 +130,8 @@ class Recipe(Mapping[str, Any]):
         if path.is_dir():
             file = path / filename
             if not file.is_file():
-                raise FileNotFoundError(f"Directory {location!r} has no {filename}; save one with Recipe.save_pretrained.")
+                raise FileNotFoundError(f"Directory {location!r} has no {filename}; save one with "
+                                        "Recipe.save_pretrained.")
             return cls.from_yaml_file(file)
         if is_hub_id(location) and not location.endswith((".yaml", ".yml")):
             try:
@@ -159,7 +160,8 @@ class Recipe(Mapping[str, Any]):
     def to_yaml(self) -> str:
         return yaml.safe_dump(self._fields, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
-    def save_pretrained(self, save_directory: str | Path, *, model_card: bool = True, results: Mapping[str, float] | None = None) -> Path:
+    def save_pretrained(self, save_directory: str | Path, *, model_card: bool = True,
+                        results: Mapping[str, float] | None = None) -> Path:
         """Write ``recipe.yaml`` and, unless ``model_card=False``, a ``README.md`` model card.
 
         Returns the path of ``recipe.yaml``. ``results`` (e.g. ``eval_results.json`` content) are listed in

@@ -112,7 +112,8 @@ def target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: tor
     if "decoder_input_ids" not in batch:
         inputs = {k: batch[k] for k in MODEL_COLUMNS if k in batch}
         return model(**inputs).logits[mask]
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask") if k in batch}
+    keys = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+    inputs = {k: batch[k] for k in keys if k in batch}
     if getattr(model.config, "model_type", None) in _HEAD_ON_HIDDEN_TYPES and hasattr(model, "model"):
         hidden = model.model(**inputs).last_hidden_state[mask]
         logits = model.get_output_embeddings()(hidden)

@@ -19,7 +19,8 @@ larger than 1), and a new vector takes effect from the next pool.
 the corpora's batch counts). Which corpora fill them follows p, so within an epoch a corpus may be seen
 more than once (its examples are reshuffled each time it is exhausted) or only in part. Each corpus keeps
 its own shuffled stream of batches; the batches are built once (token budget: examples sorted by length and
-packed greedily, fairseq style, :mod:`uat_hf.packing`) and their order is reshuffled per epoch and per pass through the corpus.
+packed greedily, fairseq style, :mod:`uat_hf.packing`) and their order is reshuffled per epoch and per pass
+through the corpus.
 
 **Determinism.** An epoch's batch sequence is a pure function of (seed, epoch, probability schedule):
 the uniform draws that pick corpora and the per-corpus shuffles come from generators seeded by
@@ -302,7 +303,8 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             batches = self._regroup_by_length([i for batch in batches for i in batch], sizes, uniforms)
         return batches[::-1], pending
 
-    def _regroup_by_length(self, indices: list[int], sizes: list[int], uniforms: np.random.Generator) -> list[list[int]]:
+    def _regroup_by_length(self, indices: list[int], sizes: list[int],
+                           uniforms: np.random.Generator) -> list[list[int]]:
         """Batches of ``indices`` sorted by length, in shuffled order (lengths do not rise through a pool)."""
         order = np.argsort(sizes, kind="stable")  # ties keep their drawn order
         if self.max_tokens is not None:
@@ -353,8 +355,8 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         ):
             if state[key] != getattr(self, attribute):
                 raise ValueError(
-                    f"The saved sampler state has {key}={state[key]!r} but this sampler has {getattr(self, attribute)!r}; "
-                    "resume with the same batching settings and seed."
+                    f"The saved sampler state has {key}={state[key]!r} but this sampler has "
+                    f"{getattr(self, attribute)!r}; resume with the same batching settings and seed."
                 )
         self.epoch = int(state["epoch"])
         self._started = bool(state["started"])

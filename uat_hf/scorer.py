@@ -383,7 +383,8 @@ class CorpusScorer:
         adam = state.get("adam")
         adam_state = None
         if adam is not None:
-            adam_state = (int(adam["step"]), vector("adam.exp_avg", adam["exp_avg"]), vector("adam.exp_avg_sq", adam["exp_avg_sq"]))
+            adam_state = (int(adam["step"]), vector("adam.exp_avg", adam["exp_avg"]),
+                          vector("adam.exp_avg_sq", adam["exp_avg_sq"]))
 
         # Everything validated: now mutate.
         self.lr, self.steps, self.betas, self._prior = lr, steps, betas, prior

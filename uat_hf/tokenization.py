@@ -119,7 +119,8 @@ def check_tags_in_vocab(tokenizer: PreTrainedTokenizerBase, tags: Iterable[str])
             raise ValueError(
                 f"Language tag {tag!r} is not a single token of this tokenizer (it encodes as {pieces}). "
                 f"Train the tokenizer with train_joint_tokenizer(..., special_tokens=[{tag!r}, ...]) or add it with "
-                f"tokenizer.add_special_tokens({{'extra_special_tokens': [{tag!r}]}}) and resize the model's embeddings."
+                f"tokenizer.add_special_tokens({{'extra_special_tokens': [{tag!r}]}}) and resize the model's "
+                "embeddings."
             )
 
 
@@ -148,7 +149,8 @@ def _trainer(model: str, vocab_size: int, specials: list[str], min_frequency: in
         return trainers.BpeTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials, show_progress=False
         )
-    return trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token=UNK_TOKEN, show_progress=False)
+    return trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token=UNK_TOKEN,
+                                   show_progress=False)
 
 
 def _normalizer(lowercase: bool) -> normalizers.Normalizer:
@@ -170,7 +172,8 @@ def _iter_texts(source: TextSource) -> Iterator[str]:
         elif isinstance(item, str):
             yield item
         else:
-            raise TypeError(f"train_joint_tokenizer got a {type(item).__name__}; give strings or datasets.Dataset objects.")
+            raise TypeError(f"train_joint_tokenizer got a {type(item).__name__}; give strings or datasets.Dataset "
+                            "objects.")
 
 
 def _dataset_texts(dataset: datasets.Dataset) -> Iterator[str]:

@@ -84,9 +84,9 @@ class UATConfig(Seq2SeqTrainingArguments):
     scorer_prior_fit: str = field(
         default="released",
         metadata={
-            "help": "How ψ starts: 'released' fits it to the prior from uniform with the scorer's own Adam, which then "
-            "serves every update (the authors' code: its early updates move p several times farther); 'exact' starts "
-            "at ψ = log q with a fresh Adam."
+            "help": "How ψ starts: 'released' fits it to the prior from uniform with the scorer's own Adam, which "
+            "then serves every update (the authors' code: its early updates move p several times farther); 'exact' "
+            "starts at ψ = log q with a fresh Adam."
         },
     )
     dev_batch_tokens: int = field(
@@ -109,14 +109,14 @@ class UATConfig(Seq2SeqTrainingArguments):
     )
     dds_per_pair_train_batches: bool = field(
         default=False,
-        metadata={"help": "MultiDDS-S: a fresh train batch for every (dev, train) corpus pair, as both reference codes "
-                  "(N + N² gradient passes per update instead of 2N; see docs/multidds.md)."},
+        metadata={"help": "MultiDDS-S: a fresh train batch for every (dev, train) corpus pair, as both reference "
+                  "codes (N + N² gradient passes per update instead of 2N; see docs/multidds.md)."},
     )
     allow_inexact_resume: bool = field(
         default=False,
         metadata={
-            "help": "Resume from a checkpoint without uat_balancing_state.json (the sampler restarts its epoch and the "
-            "scorer its prior, so the run does not continue the same sequence). Refused by default."
+            "help": "Resume from a checkpoint without uat_balancing_state.json (the sampler restarts its epoch and "
+            "the scorer its prior, so the run does not continue the same sequence). Refused by default."
         },
     )
     bleu_tokenize: str = field(
@@ -146,7 +146,8 @@ class UATConfig(Seq2SeqTrainingArguments):
             )
         self._check_prior_settings()
         for name in (
-            "mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens", "mix_pool_batches"
+            "mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens",
+            "mix_pool_batches",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
@@ -155,7 +156,8 @@ class UATConfig(Seq2SeqTrainingArguments):
         if not self.scorer_lr >= 0:  # also rejects NaN
             raise ValueError(f"scorer_lr must be >= 0, got {self.scorer_lr}.")
         if self.scorer_prior_fit not in PRIOR_FITS:
-            raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got {self.scorer_prior_fit!r}.")
+            raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
+                             f"{self.scorer_prior_fit!r}.")
         if self.is_dynamic and self.scorer_lr == 0 and self.scorer_prior_fit == "released":
             raise ValueError(
                 "scorer_lr=0 cannot fit the scorer to its prior (scorer_prior_fit='released' uses the scorer's Adam); "
@@ -176,20 +178,22 @@ class UATConfig(Seq2SeqTrainingArguments):
         for name in ("sampling_temperature", "scorer_prior_temperature"):
             value = getattr(self, name)
             if value is not None and not value > 0:  # also rejects NaN
-                raise ValueError(f"{name} must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got {value}.")
+                raise ValueError(f"{name} must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got "
+                                 f"{value}.")
         if self.sampling_temperature is not None and self.strategy != "temperature":
             raise ValueError(
-                f"sampling_temperature={self.sampling_temperature} is the τ of strategy 'temperature', but strategy is "
-                f"{self.strategy!r}" + (
-                    f", whose τ is fixed ({STATIC_TEMPERATURES[self.strategy]})" if self.strategy in STATIC_TEMPERATURES
+                f"sampling_temperature={self.sampling_temperature} is the τ of strategy 'temperature', but strategy "
+                f"is {self.strategy!r}" + (
+                    f", whose τ is fixed ({STATIC_TEMPERATURES[self.strategy]})"
+                    if self.strategy in STATIC_TEMPERATURES
                     else "; a dynamic strategy's starting prior is scorer_prior_temperature" if self.is_dynamic else ""
                 ) + ". Remove it or use strategy 'temperature'."
             )
         if self.scorer_prior_temperature is not None and not self.is_dynamic:
             raise ValueError(
-                f"scorer_prior_temperature={self.scorer_prior_temperature} sets where the multiuat / multidds-s scorer "
-                f"starts, but strategy {self.strategy!r} has no scorer. Remove it, or use sampling_temperature with "
-                "strategy 'temperature'."
+                f"scorer_prior_temperature={self.scorer_prior_temperature} sets where the multiuat / multidds-s "
+                f"scorer starts, but strategy {self.strategy!r} has no scorer. Remove it, or use sampling_temperature "
+                "with strategy 'temperature'."
             )
         if self.corpus_probabilities is None:
             if self.strategy == "fixed":
@@ -200,9 +204,9 @@ class UATConfig(Seq2SeqTrainingArguments):
             return
         if self.strategy in STATIC_TEMPERATURES:
             raise ValueError(
-                f"corpus_probabilities fixes the mix by hand, but strategy {self.strategy!r} samples with its own prior. "
-                "Use strategy 'fixed' to sample with the given probabilities (or multiuat / multidds-s to start the "
-                "scorer from them), or remove corpus_probabilities."
+                f"corpus_probabilities fixes the mix by hand, but strategy {self.strategy!r} samples with its own "
+                "prior. Use strategy 'fixed' to sample with the given probabilities (or multiuat / multidds-s to "
+                "start the scorer from them), or remove corpus_probabilities."
             )
         if self.scorer_prior_temperature is not None:
             raise ValueError(
@@ -223,7 +227,9 @@ class UATConfig(Seq2SeqTrainingArguments):
         if self.corpus_probabilities is not None:
             return None
         if self.strategy == "temperature":
-            return float(self.sampling_temperature) if self.sampling_temperature is not None else STATIC_TEMPERATURES["temperature"]
+            if self.sampling_temperature is not None:
+                return float(self.sampling_temperature)
+            return STATIC_TEMPERATURES["temperature"]
         if self.strategy in STATIC_TEMPERATURES:
             return STATIC_TEMPERATURES[self.strategy]
         return float(self.scorer_prior_temperature) if self.scorer_prior_temperature is not None else 1.0

@@ -83,13 +83,16 @@ class UATTrainer(Seq2SeqTrainer):
         if args is None:
             args = UATConfig(output_dir="uat_output")
         if not isinstance(args, UATConfig):
-            raise TypeError(f"args must be a UATConfig (got {type(args).__name__}); it carries the balancing settings.")
+            raise TypeError(f"args must be a UATConfig (got {type(args).__name__}); it carries the balancing "
+                            "settings.")
         if processing_class is None:
-            raise ValueError("UATTrainer needs processing_class (the tokenizer) to batch inputs and decode translations.")
+            raise ValueError("UATTrainer needs processing_class (the tokenizer) to batch inputs and decode "
+                             "translations.")
         self.train_corpora = dict(train_corpora)
         self.dev_corpora = dict(dev_corpora or {})
         self.eval_corpora = dict(eval_corpora if eval_corpora is not None else self.dev_corpora)
-        for kind, corpora in (("training", self.train_corpora), ("dev", self.dev_corpora), ("evaluation", self.eval_corpora)):
+        named = (("training", self.train_corpora), ("dev", self.dev_corpora), ("evaluation", self.eval_corpora))
+        for kind, corpora in named:
             for name, dataset in corpora.items():
                 if len(dataset) == 0:
                     raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
@@ -135,7 +138,8 @@ class UATTrainer(Seq2SeqTrainer):
         if resume_from_checkpoint is True:
             resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir, needs_balancing_state=exact)
             if resume_from_checkpoint is None:
-                raise ValueError(f"No complete checkpoint found in output_dir {self.args.output_dir!r} to resume from.")
+                raise ValueError(f"No complete checkpoint found in output_dir {self.args.output_dir!r} to resume "
+                                 "from.")
         elif resume_from_checkpoint:
             problem = checkpoint_problem(resume_from_checkpoint, needs_balancing_state=exact)
             if problem is not None:
@@ -163,7 +167,8 @@ class UATTrainer(Seq2SeqTrainer):
         # The balancing state goes into the checkpoint folder first: the Trainer writes trainer_state.json last,
         # so a folder with a complete trainer state also holds a complete balancing state.
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
             self.balancing.save(os.path.join(folder, BALANCING_STATE_FILE))
         super()._save_checkpoint(model, trial)
@@ -189,7 +194,8 @@ class UATTrainer(Seq2SeqTrainer):
         follow ``metric_for_best_model="mean_bleu"``.
         """
         if isinstance(eval_dataset, Dataset):
-            eval_dataset, self._current_references = _longest_source_first(eval_dataset, _references(eval_dataset, self.processing_class))
+            references = _references(eval_dataset, self.processing_class)
+            eval_dataset, self._current_references = _longest_source_first(eval_dataset, references)
             try:
                 return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix, **gen_kwargs)
             finally:
@@ -224,7 +230,8 @@ class UATTrainer(Seq2SeqTrainer):
             order = _longest_source_first_order(dataset)
             self._current_references = [references[i] for i in order]
             try:
-                output = super().predict(dataset.select(order), ignore_keys, f"{metric_key_prefix}_{name}", **gen_kwargs)
+                output = super().predict(dataset.select(order), ignore_keys, f"{metric_key_prefix}_{name}",
+                                         **gen_kwargs)
             finally:
                 self._current_references = None
             outputs[name] = _in_original_order(output, order)
@@ -252,11 +259,14 @@ class UATTrainer(Seq2SeqTrainer):
         }
         if not per_corpus:
             return {}
-        return {f"{prefix}_mean_bleu": macro_average(per_corpus, "bleu"), f"{prefix}_mean_chrf": macro_average(per_corpus, "chrf")}
+        return {f"{prefix}_mean_bleu": macro_average(per_corpus, "bleu"),
+                f"{prefix}_mean_chrf": macro_average(per_corpus, "chrf")}
 
     def _translation_metrics(self, prediction: EvalPrediction) -> dict[str, float]:
         tokenizer = self.processing_class
-        predictions = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        predictions = prediction.predictions
+        if isinstance(predictions, tuple):
+            predictions = predictions[0]
         predictions = np.where(predictions < 0, tokenizer.pad_token_id, predictions)
         hypotheses = [h.strip() for h in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
         references = self._current_references

@@ -91,7 +91,8 @@ class UncertaintyReward(BalancingReward):
         if needs_eos(measure) and eos_token_id is None:
             raise ValueError(
                 f"Measure {measure!r} needs the EOS token id, but the model/tokenizer defines none "
-                "(model.config.eos_token_id and tokenizer.eos_token_id are both None); set one or choose another measure."
+                "(model.config.eos_token_id and tokenizer.eos_token_id are both None); set one or choose another "
+                "measure."
             )
         if mode not in ("auto", "loop", "replicate"):
             raise ValueError(f"mode must be 'auto', 'loop' or 'replicate', got {mode!r}.")

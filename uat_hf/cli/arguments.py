@@ -45,7 +45,8 @@ def _as_list_of_mappings(value: Any, name: str) -> list[dict] | None:
         except json.JSONDecodeError as error:
             raise ValueError(
                 f"{name}: expected a list of corpus mappings (YAML list, or JSON on the command line such as "
-                f"'[{{\"name\": \"kde4\", \"source_lang\": \"en\", \"target_lang\": \"de\", \"path\": \"Helsinki-NLP/kde4\"}}]'); "
+                f"'[{{\"name\": \"kde4\", \"source_lang\": \"en\", \"target_lang\": \"de\", "
+                f"\"path\": \"Helsinki-NLP/kde4\"}}]'); "
                 f"could not parse {value!r}: {error}"
             ) from None
     if isinstance(value, dict):
@@ -59,14 +60,15 @@ def _as_list_of_mappings(value: Any, name: str) -> list[dict] | None:
         unknown = sorted(set(item) - _SPEC_FIELDS)
         if unknown:
             raise ValueError(
-                f"{name}[{i}] ({item.get('name', '?')}): unknown field(s) {unknown}; CorpusSpec fields are {sorted(_SPEC_FIELDS)}."
+                f"{name}[{i}] ({item.get('name', '?')}): unknown field(s) {unknown}; CorpusSpec fields are "
+                f"{sorted(_SPEC_FIELDS)}."
             )
         missing = [key for key in ("name", "source_lang", "target_lang") if not item.get(key)]
         if missing:
             raise ValueError(f"{name}[{i}] ({item.get('name', '?')}): missing required field(s) {missing}.")
         result.append(dict(item))
-    check_unique_names((item["name"] for item in result), "{field}: corpus names must be unique; repeated: {repeated}.",
-                       field=name)
+    check_unique_names((item["name"] for item in result),
+                       "{field}: corpus names must be unique; repeated: {repeated}.", field=name)
     return result
 
 

@@ -138,7 +138,8 @@ def check_recipe_keys(mapping: dict[str, Any], source: str = "recipe") -> None:
         )
 
 
-def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str] | None = None, *, source: str = "recipe"):
+def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str] | None = None, *,
+                          source: str = "recipe"):
     """Recipe values, then command-line overrides → ``(UATConfig, DataArguments, ModelArguments, RunArguments,
     effective)``.
 

@@ -151,8 +151,8 @@ class EvaluateArguments:
             if isinstance(value, str) and value.strip().lower() in ("", "none", "null"):
                 setattr(self, name, None)  # lets the command line unset a value the recipe sets
         if not self.model_name_or_path:
-            raise ValueError("model_name_or_path is missing: give the model to evaluate first (uat-evaluate MODEL ...) "
-                             "or as --model_name_or_path (a model directory or a Hub id org/name).")
+            raise ValueError("model_name_or_path is missing: give the model to evaluate first (uat-evaluate MODEL "
+                             "...) or as --model_name_or_path (a model directory or a Hub id org/name).")
         if not self.corpus_dir:
             raise ValueError("corpus_dir is missing: give the directory of NAME.{dev,test}.jsonl.gz test sets "
                              "(--corpus_dir DIR or 'bundled:multidomain-en-de'), or a --config recipe that sets it.")

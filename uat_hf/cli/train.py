@@ -130,8 +130,8 @@ def prepare(
     blocker = next((p for p in (output_dir, *output_dir.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise InputError(
-            f"output_dir {str(output_dir)!r} cannot be created as a directory: {str(blocker)!r} is a file. Give another "
-            "output_dir (it is created if missing), or move the file away."
+            f"output_dir {str(output_dir)!r} cannot be created as a directory: {str(blocker)!r} is a file. Give "
+            "another output_dir (it is created if missing), or move the file away."
         )
     if run_args is not None and run_args.torch_num_threads is not None:
         import torch
@@ -192,7 +192,8 @@ def prepare(
     return trainer, eval_corpora, ood
 
 
-def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_corpora, ood, *, start: float | None = None):
+def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_corpora, ood, *,
+                       start: float | None = None):
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
     from ..metrics import format_table, macro_average
 
@@ -222,7 +223,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
             print(f"\n{data_args.eval_split} results (out-of-domain):")
             print(format_table(out_of_domain))
         if in_domain and out_of_domain:
-            print(f"\nmean over all {len(eval_corpora)} corpora: BLEU {metrics['eval_mean_bleu']:.2f}  chrF {metrics['eval_mean_chrf']:.2f}")
+            print(f"\nmean over all {len(eval_corpora)} corpora: BLEU {metrics['eval_mean_bleu']:.2f}  chrF "
+                  f"{metrics['eval_mean_chrf']:.2f}")
         if data_args.max_eval_examples is not None:
             print(f"(first {data_args.max_eval_examples} sentences of each {data_args.eval_split} set only)")
         for name, signature in trainer.metric_signatures.items():

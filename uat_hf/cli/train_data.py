@@ -141,7 +141,8 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
         ood = load_corpora(eval_specs, tokenizer, preprocessing, splits=(split,), tags=eval_tag_of, **common)[split]
         eval_corpora.update(ood)
     if data_args.max_eval_examples is not None:
-        eval_corpora = {n: ds.select(range(min(data_args.max_eval_examples, len(ds)))) for n, ds in eval_corpora.items()}
+        limit = data_args.max_eval_examples
+        eval_corpora = {n: ds.select(range(min(limit, len(ds)))) for n, ds in eval_corpora.items()}
     return data["train"], data.get("dev", {}), eval_corpora, list(ood)
 
 
@@ -153,16 +154,18 @@ def check_before_training(training_args, data_args, model_args, specs, train, de
         missing_dev = [name for name in train if name not in dev]
         if missing_dev:
             raise InputError(
-                f"strategy {training_args.strategy!r} measures every training corpus on its dev set, but {missing_dev} "
-                "have no dev split; give one (CorpusSpec dev) or use a static strategy."
+                f"strategy {training_args.strategy!r} measures every training corpus on its dev set, but "
+                f"{missing_dev} have no dev split; give one (CorpusSpec dev) or use a static strategy."
             )
     if str(training_args.eval_strategy) not in ("no", "IntervalStrategy.NO") and not dev:
-        raise InputError(f"eval_strategy={training_args.eval_strategy!r} evaluates on the dev sets during training, but no corpus has one.")
+        raise InputError(f"eval_strategy={training_args.eval_strategy!r} evaluates on the dev sets during training, "
+                         "but no corpus has one.")
     missing_eval = [s.name for s in specs if s.name not in eval_corpora]
     if missing_eval:
         say(f"note: corpora {missing_eval} have no {data_args.eval_split!r} split and are not evaluated")
     if not eval_corpora:
-        raise InputError(f"No corpus has a {data_args.eval_split!r} split to evaluate (eval_split={data_args.eval_split!r}).")
+        raise InputError(f"No corpus has a {data_args.eval_split!r} split to evaluate "
+                         f"(eval_split={data_args.eval_split!r}).")
 
 
 def check_model_lengths(model, data_args: DataArguments) -> None:
