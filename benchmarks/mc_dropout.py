@@ -12,7 +12,8 @@ with TF32 matrix products (``tf32=True``; CUDA only).
 
 Prints a table (time, peak memory, rewards) and, last, ``speedup_k30=<x>``.
 
-    python benchmarks/mc_dropout.py [--preset small] [--vocab 8000] [--device cpu|cuda] [--precision fp32|tf32|bf16|fp16]
+    python benchmarks/mc_dropout.py [--preset small] [--vocab 8000] [--device cpu|cuda]
+        [--precision fp32|tf32|bf16|fp16]
 """
 
 from __future__ import annotations
@@ -119,13 +120,14 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     dev_rows, dev_batches = [], []
-    for name, dataset in dev.items():
+    for dataset in dev.values():
         columns = dataset.select_columns(["input_ids", "attention_mask", "labels"])
         lengths = example_lengths(dataset, columns=("labels",))
         chosen = draw_token_batch(lengths, options.dev_tokens, rng)
         shuffled = rng.permutation(chosen)  # the authors' batch is not sorted by length
         dev_rows.append([columns[int(i)] for i in shuffled])
-        dev_batches.append([collate([columns[int(i)] for i in chunk]) for chunk in split_by_tokens(chosen, lengths, 4096)])
+        chunks = split_by_tokens(chosen, lengths, 4096)
+        dev_batches.append([collate([columns[int(i)] for i in chunk]) for chunk in chunks])
 
     print(f"model {options.preset}: {model.num_parameters() / 1e6:.1f}M parameters, device {device}, "
           f"N={len(dev_rows)} corpora, ~{options.dev_tokens} target tokens each, measure {options.measure}, "
@@ -136,7 +138,9 @@ def main() -> None:
     print(f"speedup_k{options.ks[-1]}={speedups[options.ks[-1]]:.2f}")
 
 
-def measure_speedups(options, model, dev_rows, dev_batches, collate, eos: int, device: torch.device) -> dict[int, float]:
+def measure_speedups(
+    options, model, dev_rows, dev_batches, collate, eos: int, device: torch.device
+) -> dict[int, float]:
     """Times both methods per K, prints a row per run, returns the speed-ups."""
     # Untimed warm-up of both methods: CUDA context, cuBLAS handles and kernel caches (or CPU thread pools) must
     # not land in whichever method happens to be timed first.

@@ -136,7 +136,8 @@ def parse_strategy(name: str) -> dict[str, Any]:
 
         measure = name.split("-", 1)[1] if "-" in name else "enteos"
         if measure not in MEASURES + RELEASED_CODE_MEASURES:
-            raise SystemExit(f"Unknown measure in {name!r}; choose multiuat-<{'|'.join(MEASURES + RELEASED_CODE_MEASURES)}>.")
+            raise SystemExit(f"Unknown measure in {name!r}; choose "
+                             f"multiuat-<{'|'.join(MEASURES + RELEASED_CODE_MEASURES)}>.")
         return {"strategy": "multiuat", "measure": measure}
     raise SystemExit(f"Unknown strategy {name!r}; choose from {', '.join(DEFAULT_STRATEGIES)} or multiuat-<measure>.")
 
@@ -271,8 +272,8 @@ def prepare_setup(options: argparse.Namespace, setup_dir: Path) -> dict[str, Any
                    if k != "data_dir" and previous["settings"].get(k) != v}
         if changed:
             raise SystemExit(
-                f"{setup_dir} was prepared with other data settings {changed} (old, new). Runs must share one tokenizer "
-                "and one data sample: use the old settings or another --out."
+                f"{setup_dir} was prepared with other data settings {changed} (old, new). Runs must share one "
+                "tokenizer and one data sample: use the old settings or another --out."
             )
         if _prepared_complete(prepared, previous):
             say(f"{options.setup}: reusing the prepared tokenizer and data in {prepared}")
@@ -313,7 +314,8 @@ def prepare_setup(options: argparse.Namespace, setup_dir: Path) -> dict[str, Any
                                             split="test"), target_tag=tag_of[spec.name])
         raw_test[spec.name] = test.select(range(min(settings["eval_sentences"], len(test))))
     sizes = {"corpora": wanted, "train_sizes": {n: len(d) for n, d in raw_train.items()},
-             "dev_sizes": {n: len(d) for n, d in raw_dev.items()}, "test_sizes": {n: len(d) for n, d in raw_test.items()}}
+             "dev_sizes": {n: len(d) for n, d in raw_dev.items()},
+             "test_sizes": {n: len(d) for n, d in raw_test.items()}}
     _check_same_preparation(previous, sizes, options.setup, data_dir, setup_dir)
     say(f"{options.setup}: training a joint BPE tokenizer (vocab {settings['vocab_size']}) on "
         f"{sum(len(d) for d in raw_train.values()):,} training pairs")
@@ -328,7 +330,8 @@ def prepare_setup(options: argparse.Namespace, setup_dir: Path) -> dict[str, Any
             tokenize_corpus(dataset, tokenizer, max_source_length=settings["max_length"],
                             max_target_length=settings["max_length"]).save_to_disk(str(prepared / split / name))
     for name, dataset in raw_test.items():
-        write_json(prepared / "test" / f"{name}.json", {"source": list(dataset["source"]), "target": list(dataset["target"])})
+        write_json(prepared / "test" / f"{name}.json",
+                   {"source": list(dataset["source"]), "target": list(dataset["target"])})
     meta = {
         "settings": settings,
         **sizes,
@@ -355,7 +358,8 @@ def _check_same_preparation(previous: Mapping[str, Any] | None, fresh: Mapping[s
 
 
 def _prepared_complete(prepared: Path, meta: Mapping[str, Any]) -> bool:
-    folders = [prepared / "tokenizer"] + [prepared / split / name for split in ("train", "dev") for name in meta["corpora"]]
+    folders = [prepared / "tokenizer"]
+    folders += [prepared / split / name for split in ("train", "dev") for name in meta["corpora"]]
     return all(folder.is_dir() for folder in folders)
 
 
@@ -460,8 +464,8 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
     previous = read_json(run_dir / "partial_time.json", {}) if resume else {}
     clock = _SaveClock(run_dir / "partial_time.json", float(previous.get("seconds", 0.0)))
     label = f"{options.setup}/{strategy}/seed{seed}"
-    trainer = UATTrainer(model, args, train_corpora=train, dev_corpora=dev, eval_corpora={}, processing_class=tokenizer,
-                         callbacks=[clock, _progress_callback(label, settings["steps"])])
+    trainer = UATTrainer(model, args, train_corpora=train, dev_corpora=dev, eval_corpora={},
+                         processing_class=tokenizer, callbacks=[clock, _progress_callback(label, settings["steps"])])
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # raw log dicts; the progress callback prints a readable line instead
@@ -486,7 +490,8 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
         log_history, training_loss = checkpoint_state.get("log_history", []), None
     else:
         output = trainer.train(resume_from_checkpoint=True if resume else None)
-        steps_done, log_history, training_loss = trainer.state.global_step, trainer.state.log_history, output.training_loss
+        steps_done, log_history = trainer.state.global_step, trainer.state.log_history
+        training_loss = output.training_loss
     train_seconds = time.perf_counter() - start
     final = dict(zip(names, trainer.corpus_sampler.probabilities.tolist()))
     losses = [e["loss"] for e in log_history if "loss" in e]
@@ -495,8 +500,8 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
     model = trainer.model
     per_corpus, signatures = {}, {}
     for name in names:
-        hypotheses = translate(model, tokenizer, test[name]["source"], batch_size=settings["eval_batch_size"], num_beams=1,
-                               max_new_tokens=settings["generation_max_new_tokens"],
+        hypotheses = translate(model, tokenizer, test[name]["source"], batch_size=settings["eval_batch_size"],
+                               num_beams=1, max_new_tokens=settings["generation_max_new_tokens"],
                                max_source_length=options.max_length)
         write_hypotheses(run_dir / HYP_DIR, name, hypotheses)
         per_corpus[name], signatures = translation_scores(hypotheses, test[name]["target"],
@@ -533,8 +538,8 @@ def train_one(options, setup_dir: Path, meta, prepared, strategy: str, seed: int
         for folder in run_dir.glob("checkpoint-*"):
             shutil.rmtree(folder, ignore_errors=True)
         (run_dir / "partial_time.json").unlink(missing_ok=True)
-    say(f"{options.setup}/{strategy}/seed{seed}: mean BLEU {results['mean_bleu']:.2f}, chrF {results['mean_chrf']:.2f} "
-        f"(train {train_seconds:.0f} s, eval {eval_seconds:.0f} s)")
+    say(f"{options.setup}/{strategy}/seed{seed}: mean BLEU {results['mean_bleu']:.2f}, "
+        f"chrF {results['mean_chrf']:.2f} (train {train_seconds:.0f} s, eval {eval_seconds:.0f} s)")
     return results
 
 
@@ -548,7 +553,8 @@ def _save_clock_class():
             self.path, self.before, self.start = path, before, time.perf_counter()
 
         def on_save(self, args, state, control, **kwargs):
-            write_json(self.path, {"seconds": self.before + time.perf_counter() - self.start, "step": state.global_step})
+            write_json(self.path, {"seconds": self.before + time.perf_counter() - self.start,
+                                   "step": state.global_step})
 
     return SaveClock
 
@@ -574,7 +580,8 @@ def _progress_callback(label: str, total_steps: int):
             probabilities = {k[len("balance/p_"):]: v for k, v in logs.items() if k.startswith("balance/p_")}
             if probabilities:
                 p = ", ".join(f"{n} {float(v):.3f}" for n, v in probabilities.items())
-                say(f"{label}: step {state.global_step} balancing update ({float(logs.get('balance/seconds', 0)):.1f} s): p = {p}")
+                seconds = float(logs.get("balance/seconds", 0))
+                say(f"{label}: step {state.global_step} balancing update ({seconds:.1f} s): p = {p}")
             elif "loss" in logs:
                 done = max(1, state.global_step - self.first_step)
                 rate = (time.perf_counter() - self.start) / done
@@ -590,7 +597,8 @@ def _progress_callback(label: str, total_steps: int):
 def estimate_seconds(setup_dir: Path, options, meta, settings, strategy: str) -> tuple[float, str]:
     """Wall time of one run: measured from finished runs of the same strategy and preset if any, else a heuristic."""
     finished = [r for r in load_results(setup_dir)
-                if r["settings"].get("preset") == settings["preset"] and r["settings"].get("max_tokens") == settings["max_tokens"]]
+                if r["settings"].get("preset") == settings["preset"]
+                and r["settings"].get("max_tokens") == settings["max_tokens"]]
     same = [r for r in finished if r["strategy"] == strategy]
     if same:
         per_step = statistics.fmean(r["train_seconds"] / max(1, r["settings"]["steps"]) for r in same)
@@ -699,8 +707,8 @@ def averaged_history(runs: Sequence[Mapping[str, Any]]) -> list[dict]:
         return []
     first = runs[0]
     names = list(first["initial_probabilities"])
-    records = [{"step": 0, "strategy": None, "probabilities": {n: statistics.fmean(r["initial_probabilities"][n] for r in runs)
-                                                                for n in names}}]
+    initial = {n: statistics.fmean(r["initial_probabilities"][n] for r in runs) for n in names}
+    records = [{"step": 0, "strategy": None, "probabilities": initial}]
     for step in sorted(per_step):
         group = per_step[step]
         record = {"step": step, "strategy": group[0].get("strategy"), "measure": group[0].get("measure"),
@@ -727,7 +735,9 @@ def dds_cosine(runs: Sequence[Mapping[str, Any]]):
     return average_cosine(records), records
 
 
-def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path, samples: int) -> tuple[list[str], list[dict]]:
+def setup_section(
+    setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path, samples: int
+) -> tuple[list[str], list[dict]]:
     """Markdown for one setup and the machine records of its runs."""
     from uat_hf.plotting import plot_cosine_heatmap, plot_probabilities
 
@@ -739,8 +749,9 @@ def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path
     if meta is None:
         per_run, total = default_estimate(setup)
         lines += ["_Not run yet._ " + _how_to_run(setup) + " With the defaults (strategies "
-                  + ", ".join(DEFAULT_STRATEGIES) + f"; seeds 1 2 3; preset `small`, {SETUPS[setup]['steps']} steps) the "
-                  "script estimates " + ", ".join(f"{strategy_label(k)} {fmt_minutes(v)}" for k, v in per_run.items())
+                  + ", ".join(DEFAULT_STRATEGIES) + f"; seeds 1 2 3; preset `small`, {SETUPS[setup]['steps']} steps) "
+                  "the script estimates "
+                  + ", ".join(f"{strategy_label(k)} {fmt_minutes(v)}" for k, v in per_run.items())
                   + f" per run on 2 quiet CPU cores, {fmt_minutes(total)} in total.", ""]
         return lines, []
     corpora = meta["corpora"]
@@ -754,8 +765,9 @@ def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path
 
     # --- data and settings
     factor = meta["subsample_factor"]
-    sample = ("all of each corpus" if factor >= 1 else f"every corpus subsampled by the same factor {factor:.3g}, so the "
-              "size ratios and priors are those of the full data")
+    sample = ("all of each corpus" if factor >= 1
+              else f"every corpus subsampled by the same factor {factor:.3g}, so the size ratios and priors are those "
+              "of the full data")
     ratio = meta["settings"].get("max_length_ratio")
     cleaning = (f"pairs with a source/target word-count ratio above {ratio} dropped" if ratio else
                 "no length-ratio filter (whitespace word counts are meaningless for Japanese/Chinese)")
@@ -766,10 +778,12 @@ def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path
 
     sizes = [meta["train_sizes"][n] for n in corpora]
     priors = {tau: temperature_prior(sizes, tau) for tau in (1.0, 5.0, math.inf)}
-    lines += ["| corpus | train pairs | test sentences | p proportional | p τ=5 | p uniform |", "|---|---|---|---|---|---|"]
+    lines += ["| corpus | train pairs | test sentences | p proportional | p τ=5 | p uniform |",
+              "|---|---|---|---|---|---|"]
     for i, name in enumerate(corpora):
         lines.append(f"| {name} | {meta['train_sizes'][name]:,} ({meta['full_train_sizes'][name]:,}) | "
-                     f"{meta['test_sizes'][name]} | {priors[1.0][i]:.3f} | {priors[5.0][i]:.3f} | {priors[math.inf][i]:.3f} |")
+                     f"{meta['test_sizes'][name]} | {priors[1.0][i]:.3f} | {priors[5.0][i]:.3f} | "
+                     f"{priors[math.inf][i]:.3f} |")
     lines.append("")
     run_settings_seen = {json.dumps(r["settings"], sort_keys=True) for r in results}
     if results:
@@ -780,9 +794,9 @@ def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path
                   f"and {s['warmup_steps']} warmup steps, label smoothing {s['label_smoothing']}. Balancing update "
                   f"every S = {s['update_every']} steps; MultiUAT K = {s['mc_samples']} MC-dropout passes on a "
                   f"{s['dev_batch_tokens']}-token dev batch per corpus; scorer: Adam lr {s['scorer_lr']:g}, "
-                  f"{s['scorer_steps']} steps per update; MultiDDS-S: {s['dds_train_batch_tokens']}-token train and dev "
-                  f"batches. Evaluation: {s['decoding']} decoding (≤ {s['generation_max_new_tokens']} new tokens), "
-                  f"sacreBLEU `{results[0]['signatures'].get('bleu', '')}`.", ""]
+                  f"{s['scorer_steps']} steps per update; MultiDDS-S: {s['dds_train_batch_tokens']}-token train and "
+                  f"dev batches. Evaluation: {s['decoding']} decoding (≤ {s['generation_max_new_tokens']} new "
+                  f"tokens), sacreBLEU `{results[0]['signatures'].get('bleu', '')}`.", ""]
         if len(run_settings_seen) > 1:
             lines += ["**Warning:** the finished runs do not all share the same settings (see each `results.json`); "
                       "their numbers are not comparable.", ""]
@@ -806,7 +820,8 @@ def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path
         header = f"| strategy | {' | '.join(corpora)} | **mean {label}** |"
         extra = ""
         if metric == "bleu":
-            header += f" Δ mean vs {baseline or 'best static'} | significant (p<0.05) vs {baseline or 'best static'} | wall time / run |"
+            against = baseline or "best static"
+            header += f" Δ mean vs {against} | significant (p<0.05) vs {against} | wall time / run |"
             extra = "---|---|---|"
         lines += [f"**Test {label}** (per corpus and unweighted mean):", "", header,
                   "|---|" + "---|" * (len(corpora) + 1) + extra]
@@ -816,18 +831,19 @@ def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path
             mean_cell = fmt_mean_sd([r[f"mean_{metric}"] for r in runs], n_seeds)
             row = f"| {strategy_label(strategy)} | {' | '.join(cells)} | **{mean_cell}** |"
             if metric == "bleu":
-                row += f" {_delta_cell(strategy, baseline, by_run, seeds)} | {_sig_cell(strategy, baseline, sig, seeds)} |"
+                row += (f" {_delta_cell(strategy, baseline, by_run, seeds)} | "
+                        f"{_sig_cell(strategy, baseline, sig, seeds)} |")
                 walls = [r["train_seconds"] + r["eval_seconds"] for r in runs]
                 row += f" {fmt_minutes(statistics.fmean(walls)) if walls else '—'} |"
             lines.append(row)
         lines.append("")
     if baseline is not None:
-        lines += [f"Significance: sacrebleu paired bootstrap resampling ({samples} resamples, seed 12345), each strategy "
-                  f"against the best static prior (**{strategy_label(baseline)}**, highest mean BLEU over seeds), seed k "
-                  "against seed k, on the concatenation of all corpora's test outputs (a single corpus-level BLEU over "
-                  f"{sum(meta['test_sizes'].values()):,} sentences — a micro average, unlike the macro mean in the "
-                  "table). The cell counts the seeds where the difference is significant, with its direction; the "
-                  "p-values per seed are in the details below.", ""]
+        lines += [f"Significance: sacrebleu paired bootstrap resampling ({samples} resamples, seed 12345), each "
+                  f"strategy against the best static prior (**{strategy_label(baseline)}**, highest mean BLEU over "
+                  "seeds), seed k against seed k, on the concatenation of all corpora's test outputs (a single "
+                  f"corpus-level BLEU over {sum(meta['test_sizes'].values()):,} sentences — a micro average, unlike "
+                  "the macro mean in the table). The cell counts the seeds where the difference is significant, "
+                  "with its direction; the p-values per seed are in the details below.", ""]
         detail = [f"| {strategy_label(st)} seed {sd} | {v['bleu']['system']:.2f} vs {v['bleu']['baseline']:.2f} | "
                   f"{v['bleu']['p_value']:.3f} | {v['chrf']['system']:.2f} vs {v['chrf']['baseline']:.2f} | "
                   f"{v['chrf']['p_value']:.3f} |" for (st, sd), v in sorted(sig.items())]
@@ -862,9 +878,10 @@ def setup_section(setup: str, setup_dir: Path, figures_dir: Path, page_dir: Path
                 findings.append(_dds_finding(names, matrix, runs))
     findings.insert(0, _winner_finding(strategies, by_run, seeds, baseline, sig))
     if figure_lines:
-        lines += ["**Sampling probabilities over training** (step 0 = the prior the scorer starts from; mean over seeds) "
-                  "and the **MultiDDS-S gradient-cosine matrix** (row j = training corpus, column i = dev corpus, "
-                  "averaged over all updates and seeds; a row's mean is the reward of that training corpus):", ""]
+        lines += ["**Sampling probabilities over training** (step 0 = the prior the scorer starts from; mean over "
+                  "seeds) and the **MultiDDS-S gradient-cosine matrix** (row j = training corpus, column i = dev "
+                  "corpus, averaged over all updates and seeds; a row's mean is the reward of that training "
+                  "corpus):", ""]
         lines += [line + "\n" for line in figure_lines]
     lines += ["**What the numbers say** (written by the script from the finished runs):", ""]
     lines += [f"- {f}" for f in findings if f] + [""]
@@ -879,8 +896,10 @@ def _rel(path: Path, page_dir: Path) -> str:
 
 
 def _how_to_run(setup: str) -> str:
-    data = {"multidomain": "../shared/corpora/multidomain-en-de", "multilingual": "../shared/corpora/multilingual-ddtp"}[setup]
-    return f"Run `python benchmarks/reproduction.py --data-dir {data} --setup {setup} --out runs/repro --docs docs/results.md`."
+    data = {"multidomain": "../shared/corpora/multidomain-en-de",
+            "multilingual": "../shared/corpora/multilingual-ddtp"}[setup]
+    return (f"Run `python benchmarks/reproduction.py --data-dir {data} --setup {setup} --out runs/repro "
+            "--docs docs/results.md`.")
 
 
 def _delta_cell(strategy, baseline, by_run, seeds) -> str:
@@ -931,15 +950,16 @@ def _winner_finding(strategies, by_run, seeds, baseline, sig) -> str:
         delta = uat[best_uat] - means[baseline]
         if delta > 0 and tests and n_sig == len(tests):
             text += (f" The best MultiUAT variant, {strategy_label(best_uat)}, beats it by {delta:+.2f} BLEU, "
-                     f"significantly in every seed ({n_sig}/{len(tests)}) — the paper's main claim holds at this scale.")
+                     f"significantly in every seed ({n_sig}/{len(tests)}) — the paper's main claim holds at this "
+                     "scale.")
         elif delta > 0:
-            text += (f" The best MultiUAT variant, {strategy_label(best_uat)}, is ahead by {delta:+.2f} BLEU on average, "
-                     f"but significantly better in only {n_sig} of {len(tests)} seeds"
+            text += (f" The best MultiUAT variant, {strategy_label(best_uat)}, is ahead by {delta:+.2f} BLEU on "
+                     f"average, but significantly better in only {n_sig} of {len(tests)} seeds"
                      + (f" (and significantly worse in {n_worse})" if n_worse else "")
                      + ": at this scale the paper's gain is not established.")
         elif delta == 0:
-            text += (f" The best MultiUAT variant, {strategy_label(best_uat)}, ties with it — the paper's gain does not "
-                     "show at this scale.")
+            text += (f" The best MultiUAT variant, {strategy_label(best_uat)}, ties with it — the paper's gain does "
+                     "not show at this scale.")
         else:
             text += (f" No MultiUAT variant beats it: the best, {strategy_label(best_uat)}, is {-delta:.2f} BLEU "
                      "behind — the paper's gain does not reproduce at this scale (see the caveats on scale).")
@@ -965,14 +985,15 @@ def _p_finding(strategy: str, runs: Sequence[Mapping[str, Any]], corpora: Sequen
         direction = "p moved from proportional **toward uniform**"
     else:
         direction = "p moved **away from uniform** (more peaked than proportional)"
-    text = (f"{strategy_label(strategy)}: {direction} — normalized entropy H(p)/log N {h0:.3f} → {h1:.3f}, total-variation "
-            f"distance to uniform {d0:.3f} → {d1:.3f} (mean of {len(runs)} seed(s)); largest gain {corpora[up]} "
-            f"({start[up]:.3f} → {end[up]:.3f}), largest loss {corpora[down]} ({start[down]:.3f} → {end[down]:.3f}).")
+    text = (f"{strategy_label(strategy)}: {direction} — normalized entropy H(p)/log N {h0:.3f} → {h1:.3f}, "
+            f"total-variation distance to uniform {d0:.3f} → {d1:.3f} (mean of {len(runs)} seed(s)); largest gain "
+            f"{corpora[up]} ({start[up]:.3f} → {end[up]:.3f}), largest loss {corpora[down]} ({start[down]:.3f} → "
+            f"{end[down]:.3f}).")
     if strategy.startswith("multiuat"):
         target = _last_reward_share(runs, corpora)
         if target is not None:
-            text += (" The scorer update pulls p toward R/ΣR, the corpora's shares of the measured uncertainty; at the last "
-                     "update these were " + ", ".join(f"{c} {v:.3f}" for c, v in zip(corpora, target))
+            text += (" The scorer update pulls p toward R/ΣR, the corpora's shares of the measured uncertainty; at "
+                     "the last update these were " + ", ".join(f"{c} {v:.3f}" for c, v in zip(corpora, target))
                      + f" (normalized entropy {normalized_entropy(target):.3f})")
             if normalized_entropy(target) > 0.98:
                 text += (": uncertainties of similar size across corpora make a nearly uniform target, whatever the "
@@ -1009,14 +1030,15 @@ def _dds_finding(names: Sequence[str], matrix: np.ndarray, runs: Sequence[Mappin
     share = float(row_mean[top] / np.abs(row_mean).sum()) if np.abs(row_mean).sum() > 0 else float("nan")
     text = (f"MultiDDS-S cosines: the training corpus with the largest averaged cosine (reward) is **{names[top]}** "
             f"(row mean {row_mean[top]:.3f}, {share:.0%} of the summed |row means|); the most self-similar corpus "
-            f"(largest cos(dev_i, train_i)) is {names[self_top]} ({diag[self_top]:.3f}); at the end MultiDDS-S gives the "
-            f"largest p to {names[captured]} ({end[captured]:.3f}).")
+            f"(largest cos(dev_i, train_i)) is {names[self_top]} ({diag[self_top]:.3f}); at the end MultiDDS-S gives "
+            f"the largest p to {names[captured]} ({end[captured]:.3f}).")
     if "bible" in names:
         b = list(names).index("bible")
         captured_by_bible = captured == b and end[b] > 1.5 / len(names)
         text += (" As in the paper (where the self-similar Tanzil domain captures MultiDDS-S), the self-similar bible "
                  "domain captures it here." if captured_by_bible else
-                 f" Unlike the paper's Tanzil observation, bible does not capture MultiDDS-S here (p_bible = {end[b]:.3f}).")
+                 " Unlike the paper's Tanzil observation, bible does not capture MultiDDS-S here "
+                 f"(p_bible = {end[b]:.3f}).")
     return text
 
 
@@ -1031,11 +1053,11 @@ def write_page(out: Path, docs: Path, samples: int, setups: Iterable[str]) -> No
         "script to refresh it — finished runs are skipped, interrupted ones resume from their last checkpoint, and "
         "this page is rebuilt from whatever has finished.",
         "",
-        "The question (Wu et al., EMNLP 2021): when one translation model is trained on several corpora, does learning "
-        "the corpus sampling distribution p from the model's uncertainty on each corpus's dev set (MultiUAT) beat "
-        "fixed temperature priors and the gradient-similarity method MultiDDS-S? Every strategy here trains the same "
-        "model from the same initialisation (per seed) for the same number of steps on the same data; only the "
-        "corpus mix differs.",
+        "The question (Wu et al., EMNLP 2021): when one translation model is trained on several corpora, does "
+        "learning the corpus sampling distribution p from the model's uncertainty on each corpus's dev set "
+        "(MultiUAT) beat fixed temperature priors and the gradient-similarity method MultiDDS-S? Every strategy here "
+        "trains the same model from the same initialisation (per seed) for the same number of steps on the same "
+        "data; only the corpus mix differs.",
         "",
         "## Scale compared with the paper",
         "",
@@ -1087,8 +1109,8 @@ def _scale_text(out: Path, setups: Iterable[str]) -> str:
             f"{setup}: preset `{s['preset']}` ({', '.join(f'{p:,}' for p in params)} parameters), "
             f"{s['steps']} steps of ≤ {s['max_tokens']:,} tokens (about {s['steps'] * s['max_tokens'] / 1e6:.1f}M "
             f"padded tokens seen), {sum(meta['train_sizes'].values()):,} training pairs available over "
-            f"{len(meta['corpora'])} corpora, {s['steps'] // s['update_every']} balancing updates with K = {s['mc_samples']}, "
-            f"{s['decoding']} decoding of {sum(meta['test_sizes'].values()):,} test sentences"
+            f"{len(meta['corpora'])} corpora, {s['steps'] // s['update_every']} balancing updates with "
+            f"K = {s['mc_samples']}, {s['decoding']} decoding of {sum(meta['test_sizes'].values()):,} test sentences"
         )
     if not parts:
         parts.append("by default: preset `small` (3+3 layers, d = 256, ~8–10M parameters with the joint vocabulary), "
@@ -1118,31 +1140,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strategies", nargs="+", default=list(DEFAULT_STRATEGIES),
                         help="proportional temperature uniform multidds-s multiuat-<measure> ...")
     parser.add_argument("--corpora", nargs="+", help="Corpora (domains or languages) to use; default per setup.")
-    parser.add_argument("--steps", type=int, help="Optimizer steps per run (default: 240 for both setups, ~6-8 min per "
-                                                   "multidomain run with the small preset on 2 quiet CPU cores).")
+    parser.add_argument("--steps", type=int,
+                        help="Optimizer steps per run (default: 240 for both setups, ~6-8 min per multidomain run "
+                        "with the small preset on 2 quiet CPU cores).")
     parser.add_argument("--preset", default="small", help="Model preset of uat_hf.presets (small, tiny, ...).")
     parser.add_argument("--max-train-examples", type=int, default=None,
                         help="Cap on the LARGEST corpus's training pairs; the others are scaled by the same factor "
                              "(size ratios kept). Default: all data (only the one-off preparation gets slower).")
-    parser.add_argument("--eval-sentences", type=int, help="Test sentences per corpus (default 200 multidomain, 150 multilingual).")
-    parser.add_argument("--vocab-size", type=int, help="Joint BPE vocabulary (default 8000 multidomain, 10000 multilingual).")
+    parser.add_argument("--eval-sentences", type=int,
+                        help="Test sentences per corpus (default 200 multidomain, 150 multilingual).")
+    parser.add_argument("--vocab-size", type=int,
+                        help="Joint BPE vocabulary (default 8000 multidomain, 10000 multilingual).")
     parser.add_argument("--max-length", type=int, default=128, help="Subword truncation of source and target.")
     parser.add_argument("--max-tokens", type=int, default=3000, help="Token budget per training batch.")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, help="Warmup steps (default steps // 6).")
-    parser.add_argument("--update-every", type=int, help="S, steps between balancing updates (default: steps // 6, i.e. 6 "
-                                                         "updates per run).")
+    parser.add_argument("--update-every", type=int,
+                        help="S, steps between balancing updates (default: steps // 6, i.e. 6 updates per run).")
     parser.add_argument("--mc-samples", type=int, default=10, help="K, MC-dropout passes (paper: 30).")
-    parser.add_argument("--scorer-lr", type=float, default=1e-3, help="Scorer Adam lr (released code: 1e-4 with far more updates).")
+    parser.add_argument("--scorer-lr", type=float, default=1e-3,
+                        help="Scorer Adam lr (released code: 1e-4 with far more updates).")
     parser.add_argument("--scorer-steps", type=int, default=200)
     parser.add_argument("--dev-batch-tokens", type=int, default=1024)
     parser.add_argument("--max-new-tokens", type=int, default=128, help="Greedy decoding length limit.")
     parser.add_argument("--significance-samples", type=int, default=1000, help="Paired bootstrap resamples.")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own choice).")
-    parser.add_argument("--docs", default="docs/results.md", help="Results page to (re)generate; figures go to <its dir>/figures.")
-    parser.add_argument("--save-every", type=int, help="Checkpoint interval in steps, for resuming (default steps // 4).")
+    parser.add_argument("--docs", default="docs/results.md",
+                        help="Results page to (re)generate; figures go to <its dir>/figures.")
+    parser.add_argument("--save-every", type=int,
+                        help="Checkpoint interval in steps, for resuming (default steps // 4).")
     parser.add_argument("--keep-checkpoints", action="store_true", help="Keep checkpoints of finished runs.")
-    parser.add_argument("--dry-run", action="store_true", help="Prepare data, print the plan and time estimate, train nothing.")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Prepare data, print the plan and time estimate, train nothing.")
     parser.add_argument("--report-only", action="store_true", help="Only regenerate the results page from --out.")
     return parser
 

@@ -43,7 +43,9 @@ class ScriptArguments:
 
     corpus_dir: str = field(
         default="bundled:multidomain-en-de",
-        metadata={"help": "Directory of NAME.{train,dev,test}.jsonl.gz files; 'bundled:NAME' for the shipped samples."},
+        metadata={
+            "help": "Directory of NAME.{train,dev,test}.jsonl.gz files; 'bundled:NAME' for the shipped samples."
+        },
     )
     corpora: list[str] | None = field(default=None, metadata={"help": "NAMEs to train on (default: all)."})
     direction: str = field(
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 def train(script: ScriptArguments, config: UATConfig) -> dict[str, float]:
-    config.device  # sets torch.distributed up exactly as the Trainer will (gloo on CPU, NCCL on GPUs)
+    _ = config.device  # sets torch.distributed up exactly as the Trainer will (gloo on CPU, NCCL on GPUs)
     state = PartialState()
     output_dir = Path(config.output_dir)
     specs = corpus_specs_from_directory(
@@ -127,7 +129,8 @@ def train(script: ScriptArguments, config: UATConfig) -> dict[str, float]:
     metrics = trainer.evaluate(metric_key_prefix="test")
     trainer.save_model()
     if state.is_main_process:
-        per_corpus = {name: {"bleu": metrics[f"test_{name}_bleu"], "chrf": metrics[f"test_{name}_chrf"]} for name in test}
+        per_corpus = {name: {"bleu": metrics[f"test_{name}_bleu"], "chrf": metrics[f"test_{name}_chrf"]}
+                      for name in test}
         print(f"\nTest set ({config.strategy}, {trainer.state.global_step} steps)\n{format_table(per_corpus)}")
         if (output_dir / HISTORY_FILE).is_file():
             for path in plot_run(output_dir):

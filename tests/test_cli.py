@@ -137,8 +137,9 @@ def test_a_time_budget_only_stops_and_resume_gets_the_rest_of_it(tmp_path, capsy
     """The budget never steers the learning rate; the time it has used is checkpointed, so a resumed run gets
     what is left of it (not a fresh budget), and `--resume_from_checkpoint True` skips a torn checkpoint."""
     out = tmp_path / "out"
-    config = write_recipe(tmp_path / "r.yaml", output_dir=str(out), max_steps=4, warmup_steps=0, lr_scheduler_type="linear",
-                          save_strategy="steps", save_steps=2, eval_corpus_specs=[], max_eval_examples=2)
+    config = write_recipe(tmp_path / "r.yaml", output_dir=str(out), max_steps=4, warmup_steps=0,
+                          lr_scheduler_type="linear", save_strategy="steps", save_steps=2, eval_corpus_specs=[],
+                          max_eval_examples=2)
     assert cli.main(["--config", str(config), "--max_train_minutes", "30", "--max_steps", "4"]) == 0
     saved = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     spent = saved["stateful_callbacks"]["TimeBudgetCallback"]["args"]["spent_seconds"]
@@ -194,7 +195,8 @@ def test_argparse_type_errors_name_the_flag(tmp_path, capsys):
     config = write_recipe(tmp_path / "r.yaml", output_dir=str(tmp_path / "out"))
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--config", str(config), "--mc_samples", "many"])
-    assert exit_info.value.code == 2 and "--mc_samples/--mc-samples: invalid int value: 'many'" in capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "--mc_samples/--mc-samples: invalid int value: 'many'" in capsys.readouterr().err
 
 
 def test_help_lists_the_three_groups(capsys):
@@ -202,4 +204,5 @@ def test_help_lists_the_three_groups(capsys):
         cli.main(["--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    assert "--config" in text and "data (uat_hf.cli.DataArguments)" in text and "model (uat_hf.cli.ModelArguments)" in text
+    assert "--config" in text
+    assert "data (uat_hf.cli.DataArguments)" in text and "model (uat_hf.cli.ModelArguments)" in text

@@ -12,7 +12,8 @@ import pytest
 SHARED_WITH_TRAIN = (
     "corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "eval_split",
     "max_eval_examples", "max_source_length", "generation_num_beams", "generation_max_length",
-    "per_device_eval_batch_size", "bleu_tokenize", "model_name_or_path", "tokenizer_name_or_path", "output_dir", "seed",
+    "per_device_eval_batch_size", "bleu_tokenize", "model_name_or_path", "tokenizer_name_or_path", "output_dir",
+    "seed",
 )
 #: uat-evaluate's concepts that uat-train has not (a new flag must be put in one list or the other).
 EVALUATE_ONLY = (

@@ -93,12 +93,14 @@ def marian_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("marian")
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(bundled_texts()), model_writer=model, vocab_size=400, model_type="unigram", minloglevel=2
+        sentence_iterator=iter(bundled_texts()), model_writer=model, vocab_size=400, model_type="unigram",
+        minloglevel=2,
     )
     spm_file = root / "joint.spm"
     spm_file.write_bytes(model.getvalue())
     processor = spm.SentencePieceProcessor(model_file=str(spm_file))
-    vocab = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())} | {"<pad>": processor.get_piece_size()}
+    size = processor.get_piece_size()
+    vocab = {processor.id_to_piece(i): i for i in range(size)} | {"<pad>": size}
     (root / "vocab-in.json").write_text(json.dumps(vocab), encoding="utf-8")
     tokenizer = MarianTokenizer(source_spm=str(spm_file), target_spm=str(spm_file), vocab=str(root / "vocab-in.json"))
     checkpoint = root / "checkpoint"
@@ -127,12 +129,15 @@ def test_a_pretrained_tokenizer_without_the_tags_gets_them_as_single_tokens(mari
     check_tags_in_vocab(tokenizer, TAGS)
     assert len(tokenizer) == len(plain) + 2
     # The special tokens it had are kept, ordinary text encodes as before, and a tag decodes away.
-    assert (tokenizer.eos_token, tokenizer.unk_token, tokenizer.pad_token) == (plain.eos_token, plain.unk_token, plain.pad_token)
+    assert (tokenizer.eos_token, tokenizer.unk_token, tokenizer.pad_token) == (
+        plain.eos_token, plain.unk_token, plain.pad_token
+    )
     sentence = "The package contains the files."
     assert tokenizer(sentence)["input_ids"] == plain(sentence)["input_ids"]
     tagged = tokenizer(f">>fr<< {sentence}")["input_ids"]
     assert tagged[0] == tokenizer.convert_tokens_to_ids(">>fr<<") and tagged[1:] == plain(sentence)["input_ids"]
-    assert tokenizer.decode(tagged, skip_special_tokens=True) == plain.decode(plain(sentence)["input_ids"], skip_special_tokens=True)
+    expected = plain.decode(plain(sentence)["input_ids"], skip_special_tokens=True)
+    assert tokenizer.decode(tagged, skip_special_tokens=True) == expected
 
 
 @pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -203,11 +208,11 @@ def test_offline_hub_model_and_recipe_say_what_to_do(tmp_path, capsys):
     from uat_hf.recipe import Recipe
 
     tokenizer = None  # the model fails to load before the tokenizer is looked at
-    with pytest.raises(HubUnavailableError, match=r"could not load model 'uat-hf-tests/no-such-model' from the Hugging Face "
-                       r"Hub: offline mode is on \(HF_HUB_OFFLINE\).*give a local path instead"):
+    with pytest.raises(HubUnavailableError, match=r"could not load model 'uat-hf-tests/no-such-model' from the "
+                       r"Hugging Face Hub: offline mode is on \(HF_HUB_OFFLINE\).*give a local path instead"):
         build_model("uat-hf-tests/no-such-model", tokenizer)
-    with pytest.raises(HubUnavailableError, match=r"could not load recipe 'uat-hf-tests/no-such-recipe' from the Hugging "
-                       r"Face Hub: offline mode is on"):
+    with pytest.raises(HubUnavailableError, match=r"could not load recipe 'uat-hf-tests/no-such-recipe' from the "
+                       r"Hugging Face Hub: offline mode is on"):
         Recipe.from_pretrained("uat-hf-tests/no-such-recipe")
     assert cli.main(["--config", "uat-hf-tests/no-such-recipe"]) == 2
     assert "uat-train: error: could not load recipe 'uat-hf-tests/no-such-recipe'" in capsys.readouterr().err

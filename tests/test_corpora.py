@@ -103,7 +103,8 @@ def test_missing_split_file_leaves_split_absent(tmp_path):
 
 
 def test_bundled_gzip_jsonl_loads_source_and_target_in_file_order():
-    spec = corpus_specs_from_directory(MULTILINGUAL, source_lang="en", direction="one-to-many", corpora=["ko"], max_examples=20)[0]
+    spec = corpus_specs_from_directory(MULTILINGUAL, source_lang="en", direction="one-to-many", corpora=["ko"],
+                                       max_examples=20)[0]
     train = load_corpus_split(spec, "train")
     assert train.column_names == ["source", "target"] and len(train) == 20
     with gzip.open(MULTILINGUAL / "ko.train.jsonl.gz", "rt", encoding="utf-8") as f:
@@ -113,7 +114,8 @@ def test_bundled_gzip_jsonl_loads_source_and_target_in_file_order():
 
 
 def test_plain_jsonl_with_two_fields(tmp_path):
-    file = write_jsonl(tmp_path / "c.jsonl", [{"src": "a b", "tgt": "x y", "id": 1}, {"src": "c", "tgt": "z", "id": 2}])
+    file = write_jsonl(tmp_path / "c.jsonl",
+                       [{"src": "a b", "tgt": "x y", "id": 1}, {"src": "c", "tgt": "z", "id": 2}])
     spec = CorpusSpec("c", "en", "de", train=str(file), source_field="src", target_field="tgt")
     assert as_rows(load_corpus_split(spec, "train")) == [("a b", "x y"), ("c", "z")]
 
@@ -140,7 +142,9 @@ def test_hub_layout_parquet_directory(tmp_path):
     datasets.Dataset.from_list(rows[:2]).to_parquet(str(tmp_path / "data" / "validation-00000-of-00001.parquet"))
     spec = CorpusSpec("hub", "en", "de", path=str(tmp_path), max_examples=4)
     assert len(load_corpus_split(spec, "train")) == 4
-    assert as_rows(load_corpus_split(spec, "dev")) == [("sentence number 0", "Satz Nummer 0"), ("sentence number 1", "Satz Nummer 1")]
+    assert as_rows(load_corpus_split(spec, "dev")) == [
+        ("sentence number 0", "Satz Nummer 0"), ("sentence number 1", "Satz Nummer 1")
+    ]
     with pytest.raises(ValueError, match=r"'hub' split 'test'.*'test'"):
         load_corpus_split(spec, "test")
 
@@ -155,7 +159,8 @@ def test_hub_layout_with_readme_config_and_split_names(tmp_path):
         "  - split: dev\n    path: de-en/dev.jsonl\n---\n# toy\n",
         encoding="utf-8",
     )
-    spec = CorpusSpec("toy", "en", "de", path=str(tmp_path), hub_config="de-en", dev="dev", source_field="en", target_field="de")
+    spec = CorpusSpec("toy", "en", "de", path=str(tmp_path), hub_config="de-en", dev="dev", source_field="en",
+                      target_field="de")
     assert load_corpus_split(spec, "dev")[2] == {"source": "dev sentence 2", "target": "dev Satz 2"}
 
 
@@ -178,7 +183,8 @@ def test_missing_language_names_corpus_language_and_languages_present(tmp_path):
 def test_row_missing_target_names_row_and_fields_present(tmp_path):
     records = translations(3) + [{"translation": {"en": "lonely"}}]
     spec = CorpusSpec("legal", "en", "de", train=str(write_jsonl(tmp_path / "c.jsonl", records)))
-    with pytest.raises(ValueError, match=r"'legal' split 'train' row 3: target text \(language 'de'.*present in this row: \['en'\]"):
+    with pytest.raises(ValueError, match=r"'legal' split 'train' row 3: target text \(language 'de'"
+                                         r".*present in this row: \['en'\]"):
         load_corpus_split(spec, "train")
 
 
@@ -244,7 +250,8 @@ def test_invalid_utf8_names_the_file_and_line(tmp_path, name, content):
 def test_invalid_utf8_in_a_hub_layout_directory_names_the_file(tmp_path):
     (tmp_path / "repo" / "data").mkdir(parents=True)
     write_jsonl(tmp_path / "repo" / "data" / "train.jsonl", translations(3))
-    bad = write_bytes(tmp_path / "repo" / "data" / "validation.jsonl", b"\n".join(_JSON_LINES[:1] + [_LATIN1_JSON]) + b"\n")
+    bad = write_bytes(tmp_path / "repo" / "data" / "validation.jsonl",
+                      b"\n".join(_JSON_LINES[:1] + [_LATIN1_JSON]) + b"\n")
     spec = CorpusSpec("hub", "en", "de", path=str(tmp_path / "repo"))
     assert len(load_corpus_split(spec, "train", cache_dir=str(tmp_path / "cache"))) == 3
     with pytest.raises(ValueError, match=rf"'hub' split 'dev': {str(bad)!r} is not valid UTF-8 text: line 2, column "):
@@ -421,7 +428,8 @@ def test_tags_missing_from_the_vocabulary_are_rejected_before_loading(tagged_tok
 
 
 def test_tokenize_corpus_columns_eos_and_truncation(tagged_tokenizer):
-    data = pairs([("Hello world", "Hallo Welt"), ("a much longer source sentence with many words", "ein viel längerer Zielsatz mit vielen Wörtern")])
+    data = pairs([("Hello world", "Hallo Welt"),
+                  ("a much longer source sentence with many words", "ein viel längerer Zielsatz mit vielen Wörtern")])
     tokenized = tokenize_corpus(data, tagged_tokenizer, max_source_length=6, max_target_length=5)
     assert sorted(tokenized.column_names) == ["attention_mask", "input_ids", "labels", "target_text"]
     eos = tagged_tokenizer.eos_token_id
@@ -437,9 +445,11 @@ def test_tokenize_corpus_columns_eos_and_truncation(tagged_tokenizer):
 
 def test_load_corpora_multidomain_structure(tagged_tokenizer):
     specs = corpus_specs_from_directory(MULTIDOMAIN, "en", "de", corpora=["software", "dictionary"], max_examples=50)
-    data = load_corpora(specs, tagged_tokenizer, PreprocessingConfig(max_length_ratio=None, dedupe=False), max_source_length=32)
+    data = load_corpora(specs, tagged_tokenizer, PreprocessingConfig(max_length_ratio=None, dedupe=False),
+                        max_source_length=32)
     assert list(data) == ["train", "dev", "test"]
-    assert {split: list(by_corpus) for split, by_corpus in data.items()} == {s: ["software", "dictionary"] for s in data}
+    expected = {s: ["software", "dictionary"] for s in data}
+    assert {split: list(by_corpus) for split, by_corpus in data.items()} == expected
     assert len(data["train"]["software"]) <= 50 and len(data["dev"]["dictionary"]) == 300
     assert max(len(ids) for ids in data["train"]["software"]["input_ids"]) <= 32
     with pytest.raises(ValueError, match="repeated: \\['software'\\]"):

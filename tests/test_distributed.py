@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import free_port
 
 HERE = Path(__file__).parent

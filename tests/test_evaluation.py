@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import MULTIDOMAIN
 
+from conftest import MULTIDOMAIN
 from uat_hf.cli.evaluate import main as evaluate_main
 from uat_hf.corpora import BUNDLED_DIR
 from uat_hf.evaluation import (
@@ -94,19 +94,21 @@ def test_system_against_itself_is_not_significant(first_run, model_dir, tmp_path
 
 @pytest.mark.parametrize("test", ["bs", "ar"])
 def test_system_against_the_references_is_significant(first_run, model_dir, tmp_path, test):
-    specs = eval_set_specs(MULTIDOMAIN, "test", source_lang="en", target_lang="de", corpora=["bible", "software", "dictionary"])
+    specs = eval_set_specs(MULTIDOMAIN, "test", source_lang="en", target_lang="de",
+                           corpora=["bible", "software", "dictionary"])
     for name, eval_set in load_eval_sets(specs, max_sentences=SENTENCES).items():
         write_hypotheses(tmp_path / "refs", name, eval_set.references)
     results = run_cli(*cli_args(model_dir, tmp_path / "r", "--compare", tmp_path / "refs",
                                 "--significance_test", test, "--significance_samples", "200"))
-    for name, metrics in results["significance"]["corpora"].items():
+    for metrics in results["significance"]["corpora"].values():
         for metric in ("bleu", "chrf"):
             assert metrics[metric]["baseline"] == pytest.approx(100.0)
             assert metrics[metric]["p_value"] < 0.05 and metrics[metric]["significant"] is True
 
 
 def test_paired_significance_is_seeded_and_checked():
-    references = ["the cat sat on the mat", "a dog ran home quickly", "it is raining today", "we like green apples"] * 4
+    references = ["the cat sat on the mat", "a dog ran home quickly", "it is raining today",
+                  "we like green apples"] * 4
     system = ["the cat sat on a mat", "a dog ran home", "it rains today", "we like green apples"] * 4
     baseline = ["a cat sat on the mat", "the dog ran home quickly", "it is raining", "we like apples"] * 4
     first, signatures = paired_significance(system, baseline, references, n_samples=300, seed=7)
@@ -126,7 +128,8 @@ def test_paired_significance_is_seeded_and_checked():
 
 def test_translate_keeps_the_order_of_the_sources(model_dir):
     model, tokenizer = load_translation_model(str(model_dir), device="cpu")
-    sources = ["Hello.", "This is a much longer sentence about the software package.", "A short one.", "In the beginning"]
+    sources = ["Hello.", "This is a much longer sentence about the software package.", "A short one.",
+               "In the beginning"]
     batched = translate(model, tokenizer, sources, batch_size=3, num_beams=1, max_new_tokens=5)
     one_by_one = [translate(model, tokenizer, [s], batch_size=1, num_beams=1, max_new_tokens=5)[0] for s in sources]
     assert batched == one_by_one

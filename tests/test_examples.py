@@ -34,13 +34,15 @@ def test_quickstart_notebook_runs(tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)  # the kernel inherits this process's environment
     notebook = nbformat.read(EXAMPLES / "quickstart.ipynb", as_version=4)
     assert "parameters" in notebook.cells[2].metadata.get("tags", [])
-    client = NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(notebook, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError, with the failing cell, if any cell fails
 
     stdout = "".join(o.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs
                      if o.output_type == "stream" and o.name == "stdout")
     assert "p after training" in stdout and "mean" in stdout
-    assert any("image/png" in o.get("data", {}) for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs)
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert any("image/png" in o.get("data", {}) for cell in code_cells for o in cell.outputs)
     history = [json.loads(line) for line in (tmp_path / "run" / HISTORY_FILE).read_text().splitlines()]
     assert [record["step"] for record in history] == [2, 4]
 
@@ -66,7 +68,8 @@ def test_training_script_runs_under_accelerate_launch(tmp_path):
     # What the script saved is what uat-evaluate loads.
     evaluate_main([
         str(out), "--corpus_dir", "bundled:multidomain-en-de", "--source_lang", "en", "--target_lang", "de",
-        "--corpora", "bible", "--max_eval_examples", "3", "--max_new_tokens", "4", "--output_dir", str(tmp_path / "eval"),
+        "--corpora", "bible", "--max_eval_examples", "3", "--max_new_tokens", "4",
+        "--output_dir", str(tmp_path / "eval"),
     ])
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert set(results["scores"]) == {"bible"} and results["sentences"] == {"bible": 3}

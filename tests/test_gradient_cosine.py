@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import free_port
 from transformers import DataCollatorForSeq2Seq
 
+from conftest import free_port
 from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.gradient_cosine import GradientCosineReward
 from uat_hf.presets import build_model
@@ -286,7 +286,8 @@ def test_two_processes_hold_identical_probabilities(tmp_path):
     out.mkdir()
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()),
         str(TESTS / "distributed" / "multidds_run.py"), str(out),
     ]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}

@@ -71,7 +71,8 @@ def test_target_logits_of_a_model_whose_collator_makes_no_decoder_inputs(tokeniz
     config = M2M100Config(
         vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64,
         decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2, max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
     )
     model = M2M100ForConditionalGeneration(config).eval()
     batch = dev_batch(corpora, DataCollatorForSeq2Seq(tokenizer, model=model))
@@ -89,7 +90,8 @@ def test_replicated_batch_equals_separate_passes_without_dropout(tokenizer, corp
     collate = DataCollatorForSeq2Seq(tokenizer, model=model)
     batches = [[dev_batch(corpora, collate)]]
     loop = UncertaintyReward("entsent", 4, mode="loop").compute(model, batches)["rewards"]
-    replicate = UncertaintyReward("entsent", 4, mode="replicate", replicate_tokens=300).compute(model, batches)["rewards"]
+    replicated = UncertaintyReward("entsent", 4, mode="replicate", replicate_tokens=300)
+    replicate = replicated.compute(model, batches)["rewards"]
     np.testing.assert_allclose(loop, replicate, rtol=1e-5)
 
 

@@ -35,7 +35,8 @@ def expected_parameters(preset: dict, vocab_size: int) -> int:
     encoder_layer = attention + feed_forward + 2 * layer_norm
     decoder_layer = 2 * attention + feed_forward + 3 * layer_norm
     positions = 2 * preset["max_position_embeddings"] * d
-    return vocab_size * d + preset["encoder_layers"] * encoder_layer + preset["decoder_layers"] * decoder_layer + positions
+    layers = preset["encoder_layers"] * encoder_layer + preset["decoder_layers"] * decoder_layer
+    return vocab_size * d + layers + positions
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_SIZES))

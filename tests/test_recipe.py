@@ -59,8 +59,9 @@ def test_model_card_has_hub_metadata_and_the_means_last(tmp_path):
     results = {"eval_software_bleu": 2.0, "eval_software_chrf": 10.0, "eval_bible_bleu": 3.5, "eval_bible_chrf": 20.0,
                "eval_mean_bleu": 2.75, "eval_mean_chrf": 15.0, "eval_kde4_bleu": 1.0, "eval_kde4_chrf": 5.0,
                "eval_loss": 9.9}
-    fields = {**FIELDS, "model_name_or_path": "Helsinki-NLP/opus-mt-en-de", "eval_corpus_specs": [
-        {"name": "kde4", "source_lang": "en", "target_lang": "de", "path": "Helsinki-NLP/kde4", "hub_config": "de-en"}]}
+    kde4 = {"name": "kde4", "source_lang": "en", "target_lang": "de", "path": "Helsinki-NLP/kde4",
+            "hub_config": "de-en"}
+    fields = {**FIELDS, "model_name_or_path": "Helsinki-NLP/opus-mt-en-de", "eval_corpus_specs": [kde4]}
     Recipe(fields).save_pretrained(tmp_path, results=results)
     card = ModelCard.load(tmp_path / MODEL_CARD_FILE)
     data = card.data
@@ -119,7 +120,8 @@ def test_unknown_field_is_named_with_a_suggestion():
 
 
 def test_overrides_apply_on_top_of_the_recipe():
-    training, data, model, _ = recipe_to_dataclasses(Recipe(FIELDS), ["--strategy", "uniform", "--corpora", "dictionary"])
+    overrides = ["--strategy", "uniform", "--corpora", "dictionary"]
+    training, data, model, _ = recipe_to_dataclasses(Recipe(FIELDS), overrides)
     assert training.strategy == "uniform" and data.corpora == ["dictionary"]
     assert training.mc_samples == 7  # untouched fields keep the recipe's values
 
@@ -137,7 +139,8 @@ def test_the_expected_recipes_are_shipped():
     names = {p.name for p in SHIPPED}
     assert {
         "demo.yaml", "offline_multidomain.yaml", "offline_multilingual_m2o.yaml", "ted8_related_m2o.yaml",
-        "ted8_related_o2m.yaml", "ted8_diverse_m2o.yaml", "ted8_diverse_o2m.yaml", "multidomain_wmt14_tanzil_emea_kde4.yaml",
+        "ted8_related_o2m.yaml", "ted8_diverse_m2o.yaml", "ted8_diverse_o2m.yaml",
+        "multidomain_wmt14_tanzil_emea_kde4.yaml",
     } <= names
 
 
@@ -153,14 +156,17 @@ def test_paper_recipes_carry_the_paper_hyperparameters():
         assert str(training.lr_scheduler_type).endswith(("inverse_sqrt", "INVERSE_SQRT"))
         assert training.label_smoothing_factor == 0.1 and training.scorer_lr == 1e-4
         assert (model.model_name_or_path, model.dropout) == (preset, dropout)
-    _, data, _, _ = recipe_to_dataclasses(Recipe.from_pretrained(RECIPES_DIR / "multidomain_wmt14_tanzil_emea_kde4.yaml"))
+    recipe = Recipe.from_pretrained(RECIPES_DIR / "multidomain_wmt14_tanzil_emea_kde4.yaml")
+    _, data, _, _ = recipe_to_dataclasses(recipe)
     assert [s["name"] for s in data.corpus_specs] == ["wmt14", "tanzil", "emea", "kde4"]
     assert [s["name"] for s in data.eval_corpus_specs] == ["qed", "ted"]
     assert data.corpus_specs[0]["path"] == "wmt/wmt14" and data.corpus_specs[0]["hub_config"] == "de-en"
 
 
 # The prior each strategy means in the paper (τ of q_τ ∝ size^(1/τ)); the dynamic ones start from proportional.
-PAPER_PRIOR_TEMPERATURE = {"proportional": 1.0, "temperature": 5.0, "uniform": math.inf, "multiuat": 1.0, "multidds-s": 1.0}
+PAPER_PRIOR_TEMPERATURE = {
+    "proportional": 1.0, "temperature": 5.0, "uniform": math.inf, "multiuat": 1.0, "multidds-s": 1.0
+}
 
 
 def _documented_commands(path: Path) -> list[list[str]]:
@@ -197,5 +203,6 @@ def test_every_documented_strategy_override_trains_the_papers_prior(path):
 def test_the_paper_recipes_document_the_temperature_baseline():
     for name in ("multidomain_wmt14_tanzil_emea_kde4.yaml", "ted8_related_m2o.yaml", "ted8_related_o2m.yaml",
                  "ted8_diverse_m2o.yaml", "ted8_diverse_o2m.yaml"):
-        strategies = {argv[argv.index("--strategy") + 1] for argv in _documented_commands(RECIPES_DIR / name) if "--strategy" in argv}
+        commands = _documented_commands(RECIPES_DIR / name)
+        strategies = {argv[argv.index("--strategy") + 1] for argv in commands if "--strategy" in argv}
         assert "temperature" in strategies, name

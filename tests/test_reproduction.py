@@ -151,7 +151,8 @@ def test_runs_unpacked_without_prepared_data_are_prepared_again(reproduction, tm
     assert "preparing them again" in capsys.readouterr().out
     assert (prepared / "tokenizer" / "tokenizer.json").read_text() == tokenizer
     again = json.loads((prepared / "meta.json").read_text())
-    assert {k: again[k] for k in ("corpora", "train_sizes", "vocab_size")} == {k: meta[k] for k in ("corpora", "train_sizes", "vocab_size")}
+    keys = ("corpora", "train_sizes", "vocab_size")
+    assert {k: again[k] for k in keys} == {k: meta[k] for k in keys}
     assert (prepared / "train" / "bible").is_dir()
 
     # Other data under the same runs: refused before anything is written.

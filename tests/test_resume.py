@@ -47,7 +47,8 @@ def test_resume_mid_epoch_between_updates_continues_exactly(tmp_path, corpora, t
     shutil.copytree(tmp_path / "full" / "checkpoint-5", partial_dir / "checkpoint-5")
     shutil.copy(tmp_path / "full" / HISTORY_FILE, partial_dir / HISTORY_FILE)  # holds records past step 5
     saved = json.loads((partial_dir / "checkpoint-5" / STATE_FILE).read_text())
-    assert saved["distribution"]["update_count"] == 1 and saved["sampler"]["schedule"]  # p changed mid-epoch before the save
+    # p changed mid-epoch before the save
+    assert saved["distribution"]["update_count"] == 1 and saved["sampler"]["schedule"]
 
     resumed, resumed_history = run(tmp_path, corpora, tokenizer, partial_dir, resume=True, mix=mix)
 
@@ -123,10 +124,11 @@ def test_a_checkpoint_without_the_balancing_state_is_refused_unless_allowed(tmp_
 
     # An explicit opt-in resumes anyway (inexactly), with a warning.
     model = build_model("tiny", tokenizer)
-    args = UATConfig(output_dir=str(tmp_path / "a"), strategy="multiuat", measure="exptp", mc_samples=2, update_every=3,
-                     max_steps=7, max_tokens=300, save_strategy="no", report_to=[], use_cpu=True, seed=7,
-                     disable_tqdm=True, allow_inexact_resume=True)
-    trainer = UATTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"], processing_class=tokenizer)
+    args = UATConfig(output_dir=str(tmp_path / "a"), strategy="multiuat", measure="exptp", mc_samples=2,
+                     update_every=3, max_steps=7, max_tokens=300, save_strategy="no", report_to=[], use_cpu=True,
+                     seed=7, disable_tqdm=True, allow_inexact_resume=True)
+    trainer = UATTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+                         processing_class=tokenizer)
     assert trainer.train(resume_from_checkpoint=True).global_step == 7
 
 
@@ -134,9 +136,11 @@ def test_dynamic_strategy_that_would_never_update_is_refused_before_the_first_st
     """With epochs instead of max_steps the number of steps is only known when training starts."""
     model = build_model("tiny", tokenizer)
     small = {name: ds.select(range(30)) for name, ds in corpora["train"].items()}
-    args = UATConfig(output_dir=str(tmp_path / "e"), strategy="multiuat", measure="exptp", mc_samples=2, update_every=1000,
-                     num_train_epochs=1, max_tokens=300, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
-    trainer = RecordingTrainer(model, args, train_corpora=small, dev_corpora=corpora["dev"], processing_class=tokenizer)
+    args = UATConfig(output_dir=str(tmp_path / "e"), strategy="multiuat", measure="exptp", mc_samples=2,
+                     update_every=1000, num_train_epochs=1, max_tokens=300, save_strategy="no", report_to=[],
+                     use_cpu=True, disable_tqdm=True)
+    trainer = RecordingTrainer(model, args, train_corpora=small, dev_corpora=corpora["dev"],
+                               processing_class=tokenizer)
     with pytest.raises(ValueError, match=r"update_every=1000 >= max_steps=\d+ \(the steps this run trains\)"):
         trainer.train()
     assert not getattr(trainer, "trained_batches", [])

@@ -37,7 +37,10 @@ def test_priors():
         temperature_prior({"a": 3, "b": 0}, 1.0)
 
 
-@pytest.mark.parametrize("bad, message", [([0.5, 0.6], "sum to"), ([-0.1, 1.1], "negative"), ([np.nan, 1.0], "finite"), ([1.0], "2 corpora")])
+@pytest.mark.parametrize(
+    "bad, message",
+    [([0.5, 0.6], "sum to"), ([-0.1, 1.1], "negative"), ([np.nan, 1.0], "finite"), ([1.0], "2 corpora")],
+)
 def test_validate_probabilities_rejects(bad, message):
     with pytest.raises(ValueError, match=message):
         validate_probabilities(bad, ["a", "b"])
@@ -100,7 +103,8 @@ def test_state_round_trip_resumes_exact_sequence_after_mid_epoch_changes(mix):
     reference.distribution.set_probabilities([0.1, 0.1, 0.8])
     drawn += [next(iterator) for _ in range(10)]
     # What a checkpoint stores: the sampler's position and the distribution it reads p from.
-    state = json.loads(json.dumps({"sampler": reference.state_dict(), "distribution": reference.distribution.state_dict()}))
+    state = json.loads(json.dumps({"sampler": reference.state_dict(),
+                                   "distribution": reference.distribution.state_dict()}))
     reference.distribution.set_probabilities([0.6, 0.2, 0.2])
     expected_rest = list(iterator)
 
@@ -165,7 +169,8 @@ def test_mixed_batches_are_grouped_by_length_within_pools():
 
 
 def test_mixed_probability_change_takes_effect_from_the_next_pool():
-    sampler = CorpusBatchSampler(lengths(), [0.4, 0.3, 0.3], batch_size=8, mix_corpora=True, mix_pool_batches=5, seed=1)
+    sampler = CorpusBatchSampler(lengths(), [0.4, 0.3, 0.3], batch_size=8, mix_corpora=True, mix_pool_batches=5,
+                                 seed=1)
     iterator = iter(sampler)
     head = [next(iterator) for _ in range(7)]  # a pool of 5 batches of 8 (re-batched: 5 of 8) and 2 of the next
     sampler.distribution.set_probabilities({"big": 0.0, "mid": 0.0, "small": 1.0})

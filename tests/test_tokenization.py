@@ -57,7 +57,8 @@ def test_special_token_ids_and_eos_appended(bpe):
 
 
 def test_decode_restores_detokenized_text(bpe, texts):
-    ordinary = [t for t in texts[:300] + SENTENCES if unicodedata.normalize("NFKC", t) == t and " ".join(t.split()) == t]
+    ordinary = [t for t in texts[:300] + SENTENCES
+                if unicodedata.normalize("NFKC", t) == t and " ".join(t.split()) == t]
     assert len(ordinary) > 250
     for text in ordinary:
         assert bpe.decode(bpe(text)["input_ids"], skip_special_tokens=True) == text
@@ -122,7 +123,8 @@ def test_load_tokenizer_reads_a_local_marian_directory(texts, tmp_path):
     spm_file = tmp_path / "joint.spm"
     spm_file.write_bytes(model.getvalue())
     processor = spm.SentencePieceProcessor(model_file=str(spm_file))
-    vocab = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())} | {"<pad>": processor.get_piece_size()}
+    size = processor.get_piece_size()
+    vocab = {processor.id_to_piece(i): i for i in range(size)} | {"<pad>": size}
     (tmp_path / "vocab-in.json").write_text(json.dumps(vocab), encoding="utf-8")
     marian = MarianTokenizer(source_spm=str(spm_file), target_spm=str(spm_file), vocab=str(tmp_path / "vocab-in.json"))
     marian.save_pretrained(tmp_path / "marian")

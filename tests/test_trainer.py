@@ -90,7 +90,8 @@ def test_evaluation_references_are_raw_text(tmp_path, corpora, tokenizer, tiny_m
     assert scores["bleu"] == pytest.approx(100.0)
 
 
-def test_evaluation_decodes_longest_first_and_scores_against_the_right_references(tmp_path, corpora, tokenizer, tiny_model):
+def test_evaluation_decodes_longest_first_and_scores_against_the_right_references(tmp_path, corpora, tokenizer,
+                                                                                  tiny_model):
     """Generation batches come longest source first (less padding and waiting), and the scores are those of
     the translations in file order against their own references."""
     dataset = corpora["test"]["bible"]
@@ -102,7 +103,8 @@ def test_evaluation_decodes_longest_first_and_scores_against_the_right_reference
         return collator(rows)
 
     trainer = UATTrainer(
-        tiny_model, make_args(tmp_path, per_device_eval_batch_size=5, generation_num_beams=1), train_corpora=corpora["train"],
+        tiny_model, make_args(tmp_path, per_device_eval_batch_size=5, generation_num_beams=1),
+        train_corpora=corpora["train"],
         eval_corpora={"bible": dataset}, data_collator=recording_collator, processing_class=tokenizer,
     )
     metrics = trainer.evaluate()
@@ -122,10 +124,11 @@ def test_evaluation_decodes_longest_first_and_scores_against_the_right_reference
 
 def test_bad_construction_is_rejected(tmp_path, corpora, tokenizer, tiny_model):
     with pytest.raises(TypeError, match="train_corpora"):
-        UATTrainer(tiny_model, make_args(tmp_path), train_corpora=corpora["train"], train_dataset=corpora["train"]["bible"],
-                   processing_class=tokenizer)
+        UATTrainer(tiny_model, make_args(tmp_path), train_corpora=corpora["train"],
+                   train_dataset=corpora["train"]["bible"], processing_class=tokenizer)
     with pytest.raises(TypeError, match=r"got train_dataset, but it balances named corpora: pass train_corpora="):
-        UATTrainer(tiny_model, make_args(tmp_path), train_dataset=corpora["train"]["bible"], processing_class=tokenizer)
+        UATTrainer(tiny_model, make_args(tmp_path), train_dataset=corpora["train"]["bible"],
+                   processing_class=tokenizer)
     with pytest.raises(ValueError, match="'bible' is empty"):
         UATTrainer(tiny_model, make_args(tmp_path), train_corpora={"bible": corpora["train"]["bible"].select([])},
                    processing_class=tokenizer)
@@ -170,13 +173,15 @@ def test_attach_balancing_drives_a_stock_seq2seq_trainer(tmp_path, corpora, toke
 
     shutil.rmtree(tmp_path / "stock" / "checkpoint-6")
     resumed, resumed_balancing = run(tmp_path / "stock", 6, resume=str(tmp_path / "stock" / "checkpoint-4"))
-    assert resumed_balancing.distribution.state_dict()["probabilities"] == balancing.distribution.state_dict()["probabilities"]
+    assert (resumed_balancing.distribution.state_dict()["probabilities"]
+            == balancing.distribution.state_dict()["probabilities"])
     for p, q in zip(trainer.model.parameters(), resumed.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
 
     with pytest.raises(TypeError, match="attach_balancing needs the balancing settings as a UATConfig"):
-        attach_balancing(Seq2SeqTrainer(model=tiny_model, args=Seq2SeqTrainingArguments(str(tmp_path / "x"), report_to=[]),
-                                        processing_class=tokenizer), corpora["train"])
+        stock_args = Seq2SeqTrainingArguments(str(tmp_path / "x"), report_to=[])
+        attach_balancing(Seq2SeqTrainer(model=tiny_model, args=stock_args, processing_class=tokenizer),
+                         corpora["train"])
 
 
 class EvaluationRecorder(TrainerCallback):
@@ -198,7 +203,8 @@ def test_early_stopping_follows_the_macro_mean_bleu(tmp_path, corpora, tokenizer
         generation_num_beams=1, generation_max_length=8,
     )
     small = {name: ds.select(range(8)) for name, ds in corpora["dev"].items()}
-    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=small, processing_class=tokenizer,
+    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=small,
+                         processing_class=tokenizer,
                          callbacks=[EarlyStoppingCallback(early_stopping_patience=1), recorder])
     result = trainer.train()
     assert result.global_step == 4  # evaluations at steps 2 (best) and 4 (no better: patience 1 used up)
@@ -213,13 +219,17 @@ def test_predict_on_named_corpora_matches_predict_on_each(tmp_path, corpora, tok
     corpus's own row order, with the same metrics as evaluate."""
     test = {name: ds.select(range(10)) for name, ds in list(corpora["test"].items())[:2]}
     args = make_args(tmp_path, generation_num_beams=1, generation_max_length=8)
-    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], eval_corpora=test, processing_class=tokenizer)
+    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], eval_corpora=test,
+                         processing_class=tokenizer)
     outputs = trainer.predict(test)
     assert set(outputs) == set(test)
     metrics = trainer.evaluate()
     for name, dataset in test.items():
         alone = Seq2SeqTrainer.predict(trainer, dataset.remove_columns("target_text"))
-        decode = lambda ids: tokenizer.batch_decode(np.where(ids < 0, tokenizer.pad_token_id, ids), skip_special_tokens=True)
+
+        def decode(ids):
+            return tokenizer.batch_decode(np.where(ids < 0, tokenizer.pad_token_id, ids), skip_special_tokens=True)
+
         assert decode(outputs[name].predictions) == decode(alone.predictions)
         assert outputs[name].metrics[f"test_{name}_bleu"] == pytest.approx(metrics[f"eval_{name}_bleu"])
     assert isinstance(trainer.predict(test[next(iter(test))]).metrics, dict)

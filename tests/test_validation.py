@@ -85,7 +85,8 @@ def env(tmp_path_factory) -> Env:
 
     torch.manual_seed(0)
     model = build_model("tiny", tokenizer)
-    train = {"news": _tokenized([6, 9, 12, 7, 5, 8], [7, 8, 11, 6, 5, 9]), "law": _tokenized([10, 14, 30, 9], [9, 13, 20, 8])}
+    train = {"news": _tokenized([6, 9, 12, 7, 5, 8], [7, 8, 11, 6, 5, 9]),
+             "law": _tokenized([10, 14, 30, 9], [9, 13, 20, 8])}
     dev = {"news": _tokenized([6, 7, 8], [6, 7, 8]), "law": _tokenized([9, 10], [9, 10])}
     return Env(tokenizer, model, train, dev, tmp_path_factory.mktemp("validation"))
 
@@ -162,13 +163,15 @@ def missing_source_field(env: Env):
 
 def absent_target_field(env: Env):
     rows = [{"src": "the market closed", "tgt": "der markt schloss"}]
-    spec = CorpusSpec("news2", "en", "de", train=write_jsonl(env, "news2", rows), source_field="src", target_field="target_text")
+    spec = CorpusSpec("news2", "en", "de", train=write_jsonl(env, "news2", rows), source_field="src",
+                      target_field="target_text")
     return load(env, spec, tags=None)
 
 
 def invalid_utf8(env: Env):
     path = env.tmp / "latin1.train.jsonl"
-    path.write_bytes(json.dumps(PAIR).encode() + b"\n" + '{"translation": {"en": "caf\u00e9", "de": "Caf\u00e9"}}\n'.encode("latin-1"))
+    latin1 = '{"translation": {"en": "caf\u00e9", "de": "Caf\u00e9"}}\n'.encode("latin-1")
+    path.write_bytes(json.dumps(PAIR).encode() + b"\n" + latin1)
     return load(env, CorpusSpec("legal", "en", "de", train=str(path)), tags=None)
 
 
@@ -212,32 +215,40 @@ CASES: list[Case] = [
     Case("unknown-measure", "`measure=\"entropy\"`", "UATConfig",
          "Unknown measure 'entropy'; choose one of pretp, exptp, vartp, comev, entsent, enteos",
          lambda e: config(e, measure="entropy")),
-    Case("tau-zero", "`strategy=\"temperature\", sampling_temperature=0`", "UATConfig", "sampling_temperature must be > 0",
+    Case("tau-zero", "`strategy=\"temperature\", sampling_temperature=0`", "UATConfig",
+         "sampling_temperature must be > 0",
          lambda e: config(e, strategy="temperature", sampling_temperature=0)),
     Case("tau-negative", "`strategy=\"multiuat\", scorer_prior_temperature=-1`", "UATConfig",
          "scorer_prior_temperature must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got -1",
          lambda e: config(e, strategy="multiuat", scorer_prior_temperature=-1.0)),
-    Case("tau-nan", "`--strategy temperature --sampling_temperature nan`", "command line", "sampling_temperature must be > 0 "
-         "(1 = proportional, 5 = temperature, inf = uniform), got nan",
+    Case("tau-nan", "`--strategy temperature --sampling_temperature nan`", "command line",
+         "sampling_temperature must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got nan",
          lambda e: parse(e, "--strategy", "temperature", "--sampling_temperature", "nan")),
     Case("tau-for-uniform", "`--strategy uniform --sampling_temperature 2`", "command line",
-         "sampling_temperature=2.0 is the τ of strategy 'temperature', but strategy is 'uniform', whose τ is fixed (inf)",
+         "sampling_temperature=2.0 is the τ of strategy 'temperature', but strategy is 'uniform', "
+         "whose τ is fixed (inf)",
          lambda e: parse(e, "--strategy", "uniform", "--sampling_temperature", "2")),
     Case("tau-for-multiuat", "`strategy=\"multiuat\", sampling_temperature=5`", "UATConfig",
          "a dynamic strategy's starting prior is scorer_prior_temperature",
          lambda e: config(e, strategy="multiuat", sampling_temperature=5.0)),
-    Case("scorer-tau-static", "`--strategy temperature --scorer_prior_temperature 1` (a recipe for multiuat, switched)",
-         "command line", "scorer_prior_temperature=1.0 sets where the multiuat / multidds-s scorer starts, but strategy "
-         "'temperature' has no scorer", lambda e: parse(e, "--strategy", "temperature", "--scorer_prior_temperature", "1")),
+    Case("scorer-tau-static",
+         "`--strategy temperature --scorer_prior_temperature 1` (a recipe for multiuat, switched)", "command line",
+         "scorer_prior_temperature=1.0 sets where the multiuat / multidds-s scorer starts, but strategy "
+         "'temperature' has no scorer",
+         lambda e: parse(e, "--strategy", "temperature", "--scorer_prior_temperature", "1")),
     Case("s-not-below-max-steps", "`--strategy multiuat --update_every 1000 --max_steps 20`", "command line",
          "update_every=1000 >= max_steps=20: strategy 'multiuat' would never re-balance",
          lambda e: parse(e, "--strategy", "multiuat", "--update_every", "1000", "--max_steps", "20")),
-    Case("prior-fit-unknown", "`scorer_prior_fit=\"warm\"`", "UATConfig", "scorer_prior_fit must be one of released, exact",
+    Case("prior-fit-unknown", "`scorer_prior_fit=\"warm\"`", "UATConfig",
+         "scorer_prior_fit must be one of released, exact",
          lambda e: config(e, scorer_prior_fit="warm")),
-    Case("scorer-lr-zero-released", "`strategy=\"multiuat\", scorer_lr=0` (with the default released prior fit)", "UATConfig",
+    Case("scorer-lr-zero-released", "`strategy=\"multiuat\", scorer_lr=0` (with the default released prior fit)",
+         "UATConfig",
          "scorer_lr=0 cannot fit the scorer to its prior", lambda e: config(e, strategy="multiuat", scorer_lr=0.0)),
-    Case("k-zero", "`mc_samples=0` (K)", "UATConfig", "mc_samples must be >= 1, got 0", lambda e: config(e, mc_samples=0)),
-    Case("s-zero", "`update_every=0` (S)", "UATConfig", "update_every must be >= 1, got 0", lambda e: config(e, update_every=0)),
+    Case("k-zero", "`mc_samples=0` (K)", "UATConfig", "mc_samples must be >= 1, got 0",
+         lambda e: config(e, mc_samples=0)),
+    Case("s-zero", "`update_every=0` (S)", "UATConfig", "update_every must be >= 1, got 0",
+         lambda e: config(e, update_every=0)),
     Case("s-negative", "`--update_every -5` (S)", "command line", "update_every must be >= 1, got -5",
          lambda e: parse(e, "--update_every", "-5")),
     Case("scorer-lr-nan", "`scorer_lr=nan`", "UATConfig", "scorer_lr must be >= 0, got nan",
@@ -260,20 +271,26 @@ CASES: list[Case] = [
          "probability of corpus 'news' must be a number, got 'half'",
          lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", '{"news": "half", "law": 0.5}')),
     Case("probs-not-json", "`--corpus_probabilities news=0.5,law=0.5`", "command line",
-         "corpus_probabilities must be a JSON object", lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", "news=0.5,law=0.5")),
+         "corpus_probabilities must be a JSON object",
+         lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", "news=0.5,law=0.5")),
     Case("probs-not-mapping", "`--corpus_probabilities '[0.5, 0.5]'`", "command line",
-         "corpus_probabilities must be a mapping corpus -> probability", lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", "[0.5, 0.5]")),
+         "corpus_probabilities must be a mapping corpus -> probability",
+         lambda e: parse(e, "--strategy", "fixed", "--corpus_probabilities", "[0.5, 0.5]")),
     Case("probs-zero-dynamic", "`strategy=\"multiuat\", corpus_probabilities={\"news\": 0, \"law\": 1}`", "UATConfig",
          "corpus_probabilities gives corpus 'news' probability 0 but strategy 'multiuat' starts its scorer",
          lambda e: config(e, strategy="multiuat", corpus_probabilities={"news": 0, "law": 1})),
-    Case("probs-and-tau", "`--strategy multiuat --corpus_probabilities ... --scorer_prior_temperature 5`", "command line",
+    Case("probs-and-tau", "`--strategy multiuat --corpus_probabilities ... --scorer_prior_temperature 5`",
+         "command line",
          "Give either scorer_prior_temperature or corpus_probabilities, not both",
-         lambda e: parse(e, "--strategy", "multiuat", "--corpus_probabilities", P2, "--scorer_prior_temperature", "5")),
+         lambda e: parse(e, "--strategy", "multiuat", "--corpus_probabilities", P2, "--scorer_prior_temperature",
+                         "5")),
     Case("probs-with-uniform", "`--strategy uniform --corpus_probabilities ...`", "command line",
-         "corpus_probabilities fixes the mix by hand, but strategy 'uniform' samples with its own prior. Use strategy 'fixed'",
+         "corpus_probabilities fixes the mix by hand, but strategy 'uniform' samples with its own prior. "
+         "Use strategy 'fixed'",
          lambda e: parse(e, "--strategy", "uniform", "--corpus_probabilities", P2)),
     Case("fixed-without-probs", "`strategy=\"fixed\"` without `corpus_probabilities`", "UATConfig",
-         "strategy 'fixed' samples with corpus_probabilities, which is not set", lambda e: config(e, strategy="fixed")),
+         "strategy 'fixed' samples with corpus_probabilities, which is not set",
+         lambda e: config(e, strategy="fixed")),
     Case("probs-missing-corpus", "`corpus_probabilities={\"news\": 1.0}` for corpora news, law", "UATTrainer",
          "corpus_probabilities has no probability for training corpus 'law'",
          lambda e: trainer(e, strategy="fixed", corpus_probabilities={"news": 1.0})),
@@ -296,7 +313,8 @@ CASES: list[Case] = [
     Case("dev-missing", "multiuat: training corpus `law` without a dev set", "UATTrainer",
          "Training corpus 'law' has no dev set", lambda e: trainer(e, dev=without(e.dev, "law"), strategy="multiuat")),
     Case("dev-missing-dds", "multidds-s: training corpus `news` without a dev set", "UATTrainer",
-         "Training corpus 'news' has no dev set", lambda e: trainer(e, dev=without(e.dev, "news"), strategy="multidds-s")),
+         "Training corpus 'news' has no dev set",
+         lambda e: trainer(e, dev=without(e.dev, "news"), strategy="multidds-s")),
     Case("dev-extra", "multiuat: dev set `medical` without a training corpus", "UATTrainer",
          "Dev set 'medical' has no training corpus of the same name",
          lambda e: trainer(e, dev={**e.dev, "medical": e.dev["law"]}, strategy="multiuat")),
@@ -313,12 +331,14 @@ CASES: list[Case] = [
          "Evaluation corpus 'news' needs a 'target_text' or 'labels' column",
          lambda e: trainer(e, eval_corpora={"news": e.dev["news"].remove_columns("labels")})),
     Case("max-tokens-too-small", "`max_tokens=16`, longest `law` example 30 tokens", "UATTrainer",
-         "max_tokens=16 is smaller than the longest example of corpus 'law' (30 tokens", lambda e: trainer(e, max_tokens=16)),
+         "max_tokens=16 is smaller than the longest example of corpus 'law' (30 tokens",
+         lambda e: trainer(e, max_tokens=16)),
     # --- the model and tokenizer ---
     Case("no-dropout", "multiuat with every dropout rate of the model 0", "UATTrainer",
          "every dropout rate of the model is 0 (config: dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)",
          no_dropout),
-    Case("enteos-no-eos", "`measure=\"enteos\"`, `model.config.eos_token_id=None`, tokenizer without EOS", "UATTrainer",
+    Case("enteos-no-eos", "`measure=\"enteos\"`, `model.config.eos_token_id=None`, tokenizer without EOS",
+         "UATTrainer",
          "Measure 'enteos' needs the EOS token id", no_eos),
     # --- loading corpora from files ---
     Case("row-missing-target", "JSONL row 1 without the target language", "load_corpora",
@@ -331,7 +351,8 @@ CASES: list[Case] = [
     Case("invalid-utf8", "a JSONL file with a Latin-1 byte on line 2", "load_corpora",
          "Corpus 'legal' split 'train': '", invalid_utf8),
     Case("two-files-one-split", "`news.train.jsonl` beside `news.train.jsonl.gz` in a corpus directory",
-         "corpus_specs_from_directory", "has 2 files for corpus 'news' split 'train': 'news.train.jsonl', 'news.train.jsonl.gz'",
+         "corpus_specs_from_directory",
+         "has 2 files for corpus 'news' split 'train': 'news.train.jsonl', 'news.train.jsonl.gz'",
          two_files_for_one_split),
     Case("hub-offline", "a corpus `path: uat-hf-tests/no-such-dataset` with `HF_HUB_OFFLINE=1`", "load_corpora",
          "could not load dataset 'uat-hf-tests/no-such-dataset' from the Hugging Face Hub: offline mode is on",
@@ -378,13 +399,22 @@ Some inputs can only be judged once `train()` is called; they are refused there,
 
 | Bad input | Message | Test |
 |---|---|---|
-| `resume_from_checkpoint` a folder without `uat_balancing_state.json` | `Cannot resume from checkpoint '…/checkpoint-5': '…/uat_balancing_state.json' is missing …` (`allow_inexact_resume=True` accepts it, with a warning) | `test_resume.py::test_a_checkpoint_without_the_balancing_state_is_refused_unless_allowed` |
-| the same, with the callback on a stock `Trainer` | `Cannot resume exactly at step 5: …/uat_balancing_state.json is missing …` | same |
-| `resume_from_checkpoint=True` / `"true"` / `"latest"` with no complete checkpoint | `No complete checkpoint found in output_dir …` (empty or torn `checkpoint-N` folders are skipped with a warning) | `test_checkpoints.py`, `test_resume.py::test_resume_true_skips_empty_and_torn_checkpoints_and_continues_exactly` |
-| a checkpoint already at `max_steps` | `Checkpoint … is already at step 5 and max_steps is 5: nothing is left to train …` | `test_resume.py::test_resume_from_a_checkpoint_at_max_steps_is_refused_before_any_step` |
-| a dynamic strategy trained by epochs whose run is shorter than `update_every` | `update_every=1000 >= max_steps=N (the steps this run trains): strategy 'multiuat' would never re-balance …` | `test_resume.py::test_dynamic_strategy_that_would_never_update_is_refused_before_the_first_step` |
+| `resume_from_checkpoint` a folder without `uat_balancing_state.json` | `Cannot resume from checkpoint \
+'…/checkpoint-5': '…/uat_balancing_state.json' is missing …` (`allow_inexact_resume=True` accepts it, with a \
+warning) | `test_resume.py::test_a_checkpoint_without_the_balancing_state_is_refused_unless_allowed` |
+| the same, with the callback on a stock `Trainer` | `Cannot resume exactly at step 5: …/uat_balancing_state.json is \
+missing …` | same |
+| `resume_from_checkpoint=True` / `"true"` / `"latest"` with no complete checkpoint | `No complete checkpoint found \
+in output_dir …` (empty or torn `checkpoint-N` folders are skipped with a warning) | `test_checkpoints.py`, \
+`test_resume.py::test_resume_true_skips_empty_and_torn_checkpoints_and_continues_exactly` |
+| a checkpoint already at `max_steps` | `Checkpoint … is already at step 5 and max_steps is 5: nothing is left to \
+train …` | `test_resume.py::test_resume_from_a_checkpoint_at_max_steps_is_refused_before_any_step` |
+| a dynamic strategy trained by epochs whose run is shorter than `update_every` | `update_every=1000 >= max_steps=N \
+(the steps this run trains): strategy 'multiuat' would never re-balance …` | \
+`test_resume.py::test_dynamic_strategy_that_would_never_update_is_refused_before_the_first_step` |
 
-`uat-train` also refuses, before reading any data, an `output_dir` that is an existing file (`output_dir '…/results.txt'
+`uat-train` also refuses, before reading any data, an `output_dir` that is an existing file (`output_dir \
+'…/results.txt'
 cannot be created as a directory: '…/results.txt' is a file …`; `test_cli_inputs.py`), and a model, tokenizer or
 recipe given as a Hub id that cannot be loaded offline (`could not load model 'org/name' from the Hugging Face
 Hub: offline mode is on …`; `test_cli_inputs.py`).
@@ -415,7 +445,8 @@ def _portable(message: str, env: Env) -> str:
 
 
 def _doc_row(case: Case, message: str, error: Exception) -> str:
-    return f"| `{case.id}` | {_cell(case.bad_input)} | `{case.raised_by}` | `{type(error).__name__}` | `{_cell(message)}` |"
+    return (f"| `{case.id}` | {_cell(case.bad_input)} | `{case.raised_by}` | `{type(error).__name__}` "
+            f"| `{_cell(message)}` |")
 
 
 def _doc_messages() -> dict[str, str]:
@@ -456,7 +487,9 @@ def test_bad_input_is_refused_with_a_named_culprit(case: Case, env: Env, doc_row
     if not WRITE_DOC:
         documented = _doc_messages()
         assert case.id in documented, f"{case.id} is missing from {DOC}; regenerate it (see this module's docstring)"
-        assert documented[case.id] == _cell(message).replace("\\|", "|"), f"{DOC} is stale for {case.id}; regenerate it"
+        assert documented[case.id] == _cell(message).replace("\\|", "|"), (
+            f"{DOC} is stale for {case.id}; regenerate it"
+        )
 
 
 @pytest.mark.skipif(WRITE_DOC, reason="the doc is being regenerated")
@@ -495,14 +528,16 @@ def test_dynamic_strategy_starts_its_scorer_from_the_given_probabilities(env: En
     exact = trainer(env, strategy=strategy, measure="exptp", corpus_probabilities={"news": 0.2, "law": 0.8},
                     scorer_prior_fit="exact")
     np.testing.assert_allclose(exact.corpus_distribution.scorer.probabilities, [0.2, 0.8], atol=1e-12)
-    assert (t.corpus_distribution.scorer.prior_fit, exact.corpus_distribution.scorer.prior_fit) == ("released", "exact")
+    assert t.corpus_distribution.scorer.prior_fit == "released"
+    assert exact.corpus_distribution.scorer.prior_fit == "exact"
 
 
 # --- safe loading
 
 
 _FORBIDDEN_TEXT = [
-    (re.compile(r"\byaml\.(load|load_all|full_load|full_load_all|unsafe_load|unsafe_load_all)\s*\("), "yaml.load without safe_"),
+    (re.compile(r"\byaml\.(load|load_all|full_load|full_load_all|unsafe_load|unsafe_load_all)\s*\("),
+     "yaml.load without safe_"),
     (re.compile(r"\bLoader\s*=\s*yaml\.(Loader|FullLoader|UnsafeLoader)"), "an unsafe YAML Loader"),
     (re.compile(r"\b(c?[Pp]ickle|dill|joblib|cloudpickle)\b"), "pickle (state files must be JSON)"),
     (re.compile(r"\btorch\.save\s*\("), "torch.save (pickle; state files must be JSON)"),
@@ -544,7 +579,8 @@ def test_package_loads_nothing_unsafely():
 
 
 def test_the_audit_catches_what_it_should():
-    bad = "import torch\nfrom torch import load as tl\nx = torch.load(p)\ny = tl(p, weights_only=False)\nz = torch.load(p, weights_only=True)\n"
+    bad = ("import torch\nfrom torch import load as tl\nx = torch.load(p)\ny = tl(p, weights_only=False)\n"
+           "z = torch.load(p, weights_only=True)\n")
     assert [line for line, _ in _unsafe_torch_loads(ast.parse(bad), bad)] == [3, 4]
     hits = [what for text in ("yaml.load(f)", "import pickle", "trust_remote_code=True", "yaml.safe_load(f)")
             for pattern, what in _FORBIDDEN_TEXT if pattern.search(text)]

@@ -18,9 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests folder, for conftest's builders
 
 import torch  # noqa: E402
-from conftest import multidomain_specs  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
+from conftest import multidomain_specs  # noqa: E402
 from uat_hf.corpora import load_corpora, load_corpus_split  # noqa: E402
 from uat_hf.gradient_cosine import GradientCosineReward  # noqa: E402
 from uat_hf.presets import build_model  # noqa: E402
@@ -46,7 +46,8 @@ class RecordProbabilities(TrainerCallback):
                 "step": state.global_step,
                 "updates": balancing.update_count,
                 "p": self.trainer.corpus_sampler.probabilities.tolist(),
-                "psi": balancing.distribution.scorer.state_dict() if balancing.distribution.scorer is not None else None,
+                "psi": (balancing.distribution.scorer.state_dict()
+                        if balancing.distribution.scorer is not None else None),
             }
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")

@@ -16,7 +16,6 @@ from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import multidomain_specs  # noqa: E402
-
 from uat_hf.corpora import load_corpora, load_corpus_split  # noqa: E402
 from uat_hf.presets import build_model  # noqa: E402
 from uat_hf.tokenization import train_joint_tokenizer  # noqa: E402
