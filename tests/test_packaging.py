@@ -28,6 +28,7 @@ BUILD_FILES = ("pyproject.toml", "setup.cfg", "MANIFEST.in", "README.md")
 NOT_IMPORTED = {
     "ipykernel": "the python3 kernel that tests/test_examples.py runs the notebook in",
     "setuptools": "builds the wheel in this file (pip wheel --no-build-isolation)",
+    "ruff": "a linter, run as a command (`ruff check .` in .ci/run), never imported",
 }
 
 
@@ -134,7 +135,8 @@ def test_every_test_import_is_a_requirement_or_dev_extra(wheel):
     base, dev = requirements(wheel)
     modules = imported_modules(ROOT / "tests")
     undeclared = {
-        module: sorted(modules[module]) for module, dists in distributions_of(modules).items() if not dists & (base | dev)
+        module: sorted(modules[module])
+        for module, dists in distributions_of(modules).items() if not dists & (base | dev)
     }
     assert not undeclared, f"imported by tests/ but neither in install_requires nor in the dev extra: {undeclared}"
 
