@@ -76,7 +76,9 @@ def test_readme_example_prints_the_table_the_readme_shows(tmp_path):
     # The same corpora, the same training sizes after cleaning and the same prior (data and tokenizer are
     # deterministic); p end, BLEU and chrF depend on floating-point sums, so another CPU may print others.
     assert list(rows) == list(shown_rows) == ["bible", "descriptions", "dictionary", "software"]
-    assert {name: values[:2] for name, values in rows.items()} == {name: values[:2] for name, values in shown_rows.items()}
+    assert {name: values[:2] for name, values in rows.items()} == {
+        name: values[:2] for name, values in shown_rows.items()
+    }
     for table, means in ((rows, mean), (shown_rows, shown_mean)):
         numbers = {name: [float(v) for v in values] for name, values in table.items()}
         for column in (1, 2):  # p start, p end: distributions over the corpora
@@ -122,4 +124,5 @@ def test_readme_corpus_examples_read_the_formats_they_name(tmp_path, monkeypatch
             loaded = load_corpus_split(spec, split, cache_dir=str(tmp_path / "cache"))
             assert list(zip(loaded["source"], loaded["target"])) == pairs, (spec.name, split)
     hub = [spec for spec in specs if spec.path is not None]
-    assert [(spec.path, spec.hub_config, spec.split_location("dev")) for spec in hub] == [("wmt/wmt14", "de-en", "validation")]
+    found = [(spec.path, spec.hub_config, spec.split_location("dev")) for spec in hub]
+    assert found == [("wmt/wmt14", "de-en", "validation")]
