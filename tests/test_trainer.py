@@ -42,7 +42,7 @@ def test_train_then_evaluate_gives_per_corpus_metric_keys(tmp_path, corpora, tok
         eval_corpora=corpora["test"], processing_class=tokenizer,
     )
     result = trainer.train()
-    assert result.global_step == 6
+    assert result.global_step == 6 and "epoch" in result.metrics  # as a stock trainer's
     metrics = trainer.evaluate()
     for name in corpora["test"]:
         assert 0.0 <= metrics[f"eval_{name}_bleu"] <= 100.0
@@ -249,3 +249,26 @@ def test_training_data_loads_in_spawned_worker_processes(tmp_path, corpora, toke
     )
     batches = [batch for _, batch in zip(range(2), spawned)]
     assert len(batches) == 2 and batches[0]["input_ids"].shape[0] > 0
+
+
+def test_predictions_gathered_with_padding_come_back_in_row_order():
+    """Several processes gather predictions padded with repeats at the end; they are cut before the rows of a
+    length-sorted corpus are put back in order."""
+    from transformers.trainer_utils import PredictionOutput
+
+    from uat_hf.uat_trainer import _in_original_order
+
+    order = [2, 0, 1]  # the corpus's rows as generated: longest source first
+    generated = np.array([[20], [0], [10], [20]])  # row 2, row 0, row 1, then a repeat of row 2 from the gather
+    restored = _in_original_order(PredictionOutput(generated, None, {}), order)
+    np.testing.assert_array_equal(restored.predictions, [[0], [10], [20]])
+
+
+def test_a_new_run_into_an_old_output_dir_starts_its_own_history(tmp_path, corpora, tokenizer, tiny_model):
+    args = make_args(tmp_path, strategy="multiuat", measure="exptp", mc_samples=2, update_every=2, max_steps=4)
+    history = tmp_path / "out" / HISTORY_FILE
+    history.parent.mkdir(parents=True)
+    history.write_text('{"step": 1000, "probabilities": {}}\n')  # an earlier run's record
+    UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+               processing_class=tokenizer).train()
+    assert [json.loads(line)["step"] for line in history.read_text().splitlines()] == [2, 4]

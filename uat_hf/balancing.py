@@ -48,6 +48,11 @@ def attach_balancing(
     unless it is a ``UATTrainer``, which does so itself). ``dev_corpora`` are the trusted dev sets a
     dynamic strategy measures, one per training corpus. The callback goes right after the Trainer's flow
     callback, so the balancing numbers it adds to a log entry reach every logger.
+
+    Under a stock trainer the callback saves its state in ``on_save``, after the Trainer's own files, and
+    reads it back from ``output_dir/checkpoint-<step>``. To resume from a checkpoint elsewhere, set
+    ``callback.resume_from`` to its folder first; to skip folders a killed save left incomplete, resume from
+    :func:`~uat_hf.checkpoints.last_complete_checkpoint` rather than ``True``. ``UATTrainer`` does both itself.
     """
     config = trainer.args if config is None else config
     if not isinstance(config, UATConfig):

@@ -142,7 +142,10 @@ class CorpusBalancingCallback(TrainerCallback):
                 f"update_every={self.update_every} >= max_steps={state.max_steps} (the steps this run trains): "
                 f"strategy {self.strategy!r} would never re-balance. Lower update_every or train longer."
             )
+        history = os.path.join(args.output_dir, HISTORY_FILE)
         if state.global_step == 0:
+            if self.reward is not None and args.should_save and os.path.isfile(history):
+                _write_history(history, [])  # a new run into an old output_dir: its records are not this run's
             return
         folder = self.resume_from or os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         path = os.path.join(folder, STATE_FILE)
@@ -150,17 +153,20 @@ class CorpusBalancingCallback(TrainerCallback):
             if not self.allow_inexact_resume:
                 raise ValueError(
                     f"Cannot resume exactly at step {state.global_step}: {path} is missing, so the corpus sampler "
-                    "would restart its epoch and the scorer its prior. Resume from a complete checkpoint, or set "
-                    "allow_inexact_resume=True to continue anyway."
+                    "would restart its epoch and the corpus distribution its prior. Resume from a complete "
+                    "checkpoint, or set allow_inexact_resume=True to continue anyway."
                 )
             logger.warning(
                 "Resuming at step %d without %s (allow_inexact_resume): the corpus sampler restarts its epoch and the "
-                "scorer its prior, so the run will not continue the exact same sequence.", state.global_step, path,
+                "corpus distribution its prior, so the run will not continue the exact same sequence.",
+                state.global_step, path,
             )
+            if self.reward is not None and args.should_save:
+                _write_history(history, [])  # the restarted distribution's updates only
             return
         self.load(path)
         if args.should_save:  # the history file holds exactly the restored updates, whatever a kill left in it
-            _write_history(os.path.join(args.output_dir, HISTORY_FILE), self.distribution.history)
+            _write_history(history, self.distribution.history)
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         # The Trainer cannot always reach a sampler wrapped by accelerate (e.g. after skip_first_batches on
@@ -172,8 +178,9 @@ class CorpusBalancingCallback(TrainerCallback):
             self.update(model, state.global_step, args.output_dir if args.should_save else None)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        # Under a stock Trainer: add the last update's numbers to the entry the loggers after us receive.
-        if logs is not None and not any(key.startswith("eval_") for key in logs):
+        # Under a stock Trainer: add the last update's numbers to the training entry the loggers after us receive
+        # (the entry in state.log_history was copied before callbacks run; UATTrainer.log adds them there too).
+        if logs is not None and ("loss" in logs or "train_loss" in logs):
             logs.update(self.pop_logs())
 
     def on_save(self, args, state, control, **kwargs):
@@ -183,7 +190,7 @@ class CorpusBalancingCallback(TrainerCallback):
             self.save(os.path.join(folder, STATE_FILE))
 
     def pop_logs(self) -> dict[str, float]:
-        """The numbers of the updates since the last log entry (p, rewards, seconds), once."""
+        """The last balancing update's numbers (p, rewards, seconds) if not logged yet; the history file has all."""
         logs, self._pending_logs = self._pending_logs, {}
         return logs
 

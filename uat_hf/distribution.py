@@ -108,7 +108,14 @@ class CorpusDistribution:
 
     # ------------------------------------------------------------------ changing p
     def set_probabilities(self, probabilities: Sequence[float] | Mapping[str, float]) -> None:
-        """Set p by hand (a custom balancer, or a test); readers see it from their next batch on."""
+        """Set p of a static distribution by hand (a custom schedule, or a test); readers see it from their next
+        batch on. A dynamic strategy's p follows its scorer only (so that a checkpoint can check one against the
+        other)."""
+        if self.scorer is not None:
+            raise ValueError(
+                f"p of strategy {self.strategy!r} follows its scorer; it cannot be set by hand. Use a static strategy "
+                "('fixed') to set p yourself."
+            )
         if isinstance(probabilities, Mapping):
             check_exact_names(probabilities, self.names,
                               missing="Probabilities must name exactly the corpora {expected}, got {given}.")
@@ -169,6 +176,13 @@ class CorpusDistribution:
         validate_probabilities(state["probabilities"], self.names)
         probabilities = np.asarray(state["probabilities"], dtype=np.float64)  # as saved, bit for bit
         prior = np.asarray(state["prior"], dtype=np.float64)
+        if not np.allclose(prior, self._prior, rtol=0, atol=1e-12):
+            raise ValueError(
+                f"The checkpoint's prior is {dict(zip(self.names, prior.tolist()))}, this run's "
+                f"{dict(zip(self.names, self._prior.tolist()))}: the prior settings (sampling_temperature, "
+                "scorer_prior_temperature, corpus_probabilities) or the corpus sizes changed. Resume with the same "
+                "settings and data, or start a new run."
+            )
         update_count, version = int(state["update_count"]), int(state["version"])
         if self.scorer is not None:
             self.scorer.load_state_dict(state["scorer"])

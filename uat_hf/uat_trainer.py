@@ -174,9 +174,9 @@ class UATTrainer(Seq2SeqTrainer):
         super()._save_checkpoint(model, trial)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """The Trainer's log, with the numbers of the balancing updates since the last training entry."""
-        if not any(key.startswith("eval_") for key in logs):
-            logs = {**logs, **self.balancing.pop_logs()}
+        """The Trainer's log; a training entry also gets the last balancing update's numbers (p, rewards)."""
+        if _is_training_log(logs):
+            logs.update(self.balancing.pop_logs())
         super().log(logs, start_time)
 
     # ------------------------------------------------------------------ evaluation
@@ -280,6 +280,10 @@ class UATTrainer(Seq2SeqTrainer):
         return scores
 
 
+def _is_training_log(logs: Mapping[str, Any]) -> bool:
+    return "loss" in logs or "train_loss" in logs
+
+
 def _longest_source_first_order(dataset: Dataset) -> list[int]:
     """:func:`~uat_hf.packing.longest_first` order of source length (a generation batch decodes until its
     longest sentence ends). Corpus-level BLEU and chrF do not depend on the order."""
@@ -301,7 +305,10 @@ def _in_original_order(output: PredictionOutput, order: list[int]) -> Prediction
     def restore(array: Any) -> Any:
         if isinstance(array, tuple):
             return tuple(restore(a) for a in array)
-        return array[inverse] if isinstance(array, np.ndarray) and len(array) == len(order) else array
+        # A gather over several processes pads the end with repeats: cut them before restoring the order.
+        if isinstance(array, np.ndarray) and len(array) >= len(order):
+            return array[: len(order)][inverse]
+        return array
 
     return PredictionOutput(restore(output.predictions), restore(output.label_ids), output.metrics)
 

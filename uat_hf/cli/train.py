@@ -104,10 +104,22 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
         self.start = time.monotonic()
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.elapsed() >= self.seconds and not control.should_training_stop:
+        over = self.elapsed() >= self.seconds
+        if args.world_size > 1:  # every rank must stop at the same step, or the next collective waits forever
+            over = _on_any_rank(over)
+        if over and not control.should_training_stop:
             control.should_training_stop = True
             self.stopped_at_step = state.global_step
             say(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping training")
+
+
+def _on_any_rank(flag: bool) -> bool:
+    import torch
+    from accelerate import PartialState
+    from accelerate.utils import reduce
+
+    total = reduce(torch.tensor([float(flag)], device=PartialState().device), reduction="sum")
+    return bool(total.item() > 0)
 
 
 # --------------------------------------------------------------------------------------------- main
