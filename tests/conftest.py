@@ -50,6 +50,31 @@ def tiny_model(tokenizer):
     return build_model("tiny", tokenizer)
 
 
+def save_marian_tokenizer(texts, folder, vocab_size: int):
+    """A real MarianTokenizer (one sentencepiece model for source and target, vocab.json), trained on ``texts``
+    and saved to ``folder`` with save_pretrained: the opus-mt tokenizer layout, built offline."""
+    import io
+    import json
+
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
+                                   model_type="unigram", minloglevel=2)
+    spm_file = folder / "joint.spm"
+    spm_file.write_bytes(model.getvalue())
+    processor = spm.SentencePieceProcessor(model_file=str(spm_file))
+    size = processor.get_piece_size()
+    vocab = {processor.id_to_piece(i): i for i in range(size)} | {"<pad>": size}
+    (folder / "vocab-in.json").write_text(json.dumps(vocab), encoding="utf-8")
+    vocab_file = str(folder / "vocab-in.json")
+    tokenizer = MarianTokenizer(source_spm=str(spm_file), target_spm=str(spm_file), vocab=vocab_file)
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

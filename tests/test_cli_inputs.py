@@ -7,16 +7,14 @@ here, a tiny Marian checkpoint saved to disk. The Hub is unreachable (``HF_HUB_O
 from __future__ import annotations
 
 import gzip
-import io
 import itertools
 import json
 
 import datasets
 import pytest
-import sentencepiece as spm
 import yaml
-from transformers import MarianTokenizer
 
+from conftest import save_marian_tokenizer
 from uat_hf.cli import train as cli
 from uat_hf.corpora import BUNDLED_DIR
 from uat_hf.tokenization import check_tags_in_vocab, load_tokenizer
@@ -90,21 +88,8 @@ def marian_dir(tmp_path_factory):
     save_pretrained, next to a tiny MarianMTModel sized to it: a pretrained opus-mt-like checkpoint."""
     from uat_hf.presets import build_model
 
-    root = tmp_path_factory.mktemp("marian")
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(bundled_texts()), model_writer=model, vocab_size=400, model_type="unigram",
-        minloglevel=2,
-    )
-    spm_file = root / "joint.spm"
-    spm_file.write_bytes(model.getvalue())
-    processor = spm.SentencePieceProcessor(model_file=str(spm_file))
-    size = processor.get_piece_size()
-    vocab = {processor.id_to_piece(i): i for i in range(size)} | {"<pad>": size}
-    (root / "vocab-in.json").write_text(json.dumps(vocab), encoding="utf-8")
-    tokenizer = MarianTokenizer(source_spm=str(spm_file), target_spm=str(spm_file), vocab=str(root / "vocab-in.json"))
-    checkpoint = root / "checkpoint"
-    tokenizer.save_pretrained(checkpoint)
+    checkpoint = tmp_path_factory.mktemp("marian") / "checkpoint"
+    tokenizer = save_marian_tokenizer(bundled_texts(), checkpoint, vocab_size=400)
     build_model("tiny", tokenizer).save_pretrained(checkpoint)
     return checkpoint
 

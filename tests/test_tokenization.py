@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import gzip
-import io
 import itertools
 import json
 import unicodedata
 
 import datasets
 import pytest
-import sentencepiece as spm
 from transformers import AutoTokenizer, MarianTokenizer
 
+from conftest import save_marian_tokenizer
 from uat_hf.corpora import BUNDLED_DIR
 from uat_hf.tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
 
@@ -116,18 +115,7 @@ def test_invalid_arguments():
 @pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 def test_load_tokenizer_reads_a_local_marian_directory(texts, tmp_path):
     """The opus-mt path: a MarianTokenizer (sentencepiece models + vocab.json) saved to a directory."""
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts), model_writer=model, vocab_size=300, model_type="unigram", minloglevel=2
-    )
-    spm_file = tmp_path / "joint.spm"
-    spm_file.write_bytes(model.getvalue())
-    processor = spm.SentencePieceProcessor(model_file=str(spm_file))
-    size = processor.get_piece_size()
-    vocab = {processor.id_to_piece(i): i for i in range(size)} | {"<pad>": size}
-    (tmp_path / "vocab-in.json").write_text(json.dumps(vocab), encoding="utf-8")
-    marian = MarianTokenizer(source_spm=str(spm_file), target_spm=str(spm_file), vocab=str(tmp_path / "vocab-in.json"))
-    marian.save_pretrained(tmp_path / "marian")
+    marian = save_marian_tokenizer(texts, tmp_path / "marian", vocab_size=300)
     loaded = load_tokenizer(str(tmp_path / "marian"))
     assert isinstance(loaded, MarianTokenizer)
     assert encodings(loaded, SENTENCES) == encodings(marian, SENTENCES)

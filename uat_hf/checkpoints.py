@@ -4,8 +4,9 @@ A run killed while saving (out of disk, pre-empted, Ctrl-C) leaves a ``checkpoin
 or torn. The stock ``get_last_checkpoint`` picks the highest N whatever it holds, so resume then fails, or
 worse, continues from half a state. Here a checkpoint counts as complete only when the files written last
 are there and parse: the Trainer's ``trainer_state.json`` (written after the weights, optimizer and RNG
-states) and the balancing state (written after that, by the callback's ``on_save``). Our own files are
-written atomically (a temporary file renamed over the target), so they are either whole or absent.
+states) and the balancing state (``UATTrainer`` writes it before the Trainer's state; under a stock trainer
+the callback's ``on_save`` writes it after). Our own files are written atomically (a temporary file renamed
+over the target), so they are either whole or absent.
 
 The names of the files a balancing run writes are defined here, in a module that imports neither torch nor
 the Trainer, so that readers of a run's output (:mod:`uat_hf.plotting`) stay light.
