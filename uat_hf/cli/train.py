@@ -86,7 +86,6 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
         self.seconds = float(seconds)
         self.spent_seconds = float(spent_seconds)
         self.start: float | None = None
-        self.stopped_at_step: int | None = None
 
     def elapsed(self) -> float:
         """Seconds of the budget used so far, earlier runs of a resumed training included."""
@@ -109,7 +108,6 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
             over = _on_any_rank(over)
         if over and not control.should_training_stop:
             control.should_training_stop = True
-            self.stopped_at_step = state.global_step
             say(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping training")
 
 
