@@ -87,3 +87,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Everything this test checks is written and the process group is torn down; skip the interpreter's C++
+    # teardown, where gloo's threads can still abort ("terminate called without an active exception", seen
+    # once in ~10 CI runs), which would fail the test for a reason that is not the code under test.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
