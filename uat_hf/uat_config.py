@@ -19,6 +19,9 @@ from .priors import STATIC_TEMPERATURES, check_corpus_probabilities
 from .scorer import PRIOR_FITS
 
 MC_BATCH_MODES = ("auto", "loop", "replicate")
+#: ``strategy: multiuat-<measure>`` is the one-word spelling of ``strategy: multiuat, measure: <measure>``.
+MULTIUAT_PREFIX = "multiuat-"
+DEFAULT_MEASURE = "enteos"
 
 
 @dataclass
@@ -30,7 +33,10 @@ class UATConfig(Seq2SeqTrainingArguments):
 
     strategy: str = field(
         default="proportional",
-        metadata={"help": f"How corpora are mixed: one of {', '.join(STRATEGIES)}."},
+        metadata={
+            "help": f"How corpora are mixed: one of {', '.join(STRATEGIES)}. 'multiuat-<measure>' (e.g. "
+            "multiuat-entsent) is short for strategy multiuat with that measure."
+        },
     )
     sampling_temperature: float | None = field(
         default=None,
@@ -73,9 +79,12 @@ class UATConfig(Seq2SeqTrainingArguments):
             "alike. 1: no grouping. New probabilities take effect from the next pool."
         },
     )
-    measure: str = field(
-        default="enteos",
-        metadata={"help": f"MultiUAT uncertainty measure: one of {', '.join(MEASURES + RELEASED_CODE_MEASURES)}."},
+    measure: str | None = field(
+        default=None,
+        metadata={
+            "help": f"MultiUAT uncertainty measure: one of {', '.join(MEASURES + RELEASED_CODE_MEASURES)} (default "
+            f"{DEFAULT_MEASURE}, or the one a 'multiuat-<measure>' strategy names)."
+        },
     )
     mc_samples: int = field(default=30, metadata={"help": "K, Monte Carlo dropout passes per dev batch."})
     update_every: int = field(default=1000, metadata={"help": "S, optimizer steps between two balancing updates."})
@@ -138,12 +147,9 @@ class UATConfig(Seq2SeqTrainingArguments):
                     f"({error})."
                 ) from None
         super().__post_init__()
+        self._resolve_measure()
         if self.strategy not in STRATEGIES:
             raise ValueError(f"Unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")
-        if self.measure not in MEASURES + RELEASED_CODE_MEASURES:
-            raise ValueError(
-                f"Unknown measure {self.measure!r}; choose one of {', '.join(MEASURES + RELEASED_CODE_MEASURES)}."
-            )
         self._check_prior_settings()
         for name in (
             "mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens",
@@ -171,6 +177,25 @@ class UATConfig(Seq2SeqTrainingArguments):
                 "never re-balance (the first update comes after update_every steps). Lower update_every or raise "
                 "max_steps, or use a static strategy."
             )
+
+    def _resolve_measure(self) -> None:
+        """``multiuat-<measure>`` → ``strategy='multiuat'`` and that measure, so that a study can name each
+        MultiUAT variant with one word (``--strategy multiuat-entsent``). A ``measure`` that names another
+        measure is refused rather than one of the two silently winning."""
+        spelled = self.strategy[len(MULTIUAT_PREFIX):] if self.strategy.startswith(MULTIUAT_PREFIX) else None
+        if spelled is not None:
+            if self.measure is not None and self.measure != spelled:
+                raise ValueError(
+                    f"strategy {self.strategy!r} names measure {spelled!r}, but measure is {self.measure!r}. Give the "
+                    f"measure once: strategy 'multiuat' with measure {self.measure!r}, or remove measure."
+                )
+            self.strategy, self.measure = "multiuat", spelled
+        elif self.measure is None:
+            self.measure = DEFAULT_MEASURE
+        if self.measure not in MEASURES + RELEASED_CODE_MEASURES:
+            source = f" (from strategy '{MULTIUAT_PREFIX}{spelled}')" if spelled is not None else ""
+            raise ValueError(f"Unknown measure {self.measure!r}{source}; choose one of "
+                             f"{', '.join(MEASURES + RELEASED_CODE_MEASURES)}.")
 
     def _check_prior_settings(self) -> None:
         """Each prior knob belongs to one kind of strategy, so that switching ``strategy`` (e.g. on the command

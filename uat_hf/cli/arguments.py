@@ -152,6 +152,15 @@ class DataArguments:
         default=None,
         metadata={"help": "Keep the first N training pairs of every corpus (before cleaning; default: all)."},
     )
+    train_fraction: float | None = field(
+        default=None,
+        metadata={
+            "help": "Train on this fraction (0, 1] of every training corpus: the same seeded random subset of each "
+            "(after cleaning, whatever the run's seed; a smaller fraction keeps a subset of a larger one), so the "
+            "corpora keep their size ratios. Dev and test sets are untouched, and a trained joint tokenizer still "
+            "reads the whole training corpora. Not with max_train_examples, a cap that changes the ratios."
+        },
+    )
     max_eval_examples: int | None = field(
         default=None,
         metadata={
@@ -233,6 +242,15 @@ class DataArguments:
             self, "max_train_examples", "max_eval_examples", "max_source_length", "max_target_length",
             "max_source_words", "max_target_words", "preprocessing_num_workers",
         )
+        if self.train_fraction is not None:
+            if not 0 < self.train_fraction <= 1:  # also rejects NaN
+                raise ValueError(f"train_fraction must be in (0, 1] (1: every pair), got {self.train_fraction!r}.")
+            if self.max_train_examples is not None:
+                raise ValueError(
+                    f"Give train_fraction ({self.train_fraction}) or max_train_examples ({self.max_train_examples}), "
+                    "not both: the fraction keeps the corpora's size ratios, the cap of N pairs per corpus changes "
+                    "them."
+                )
         if self.max_length_ratio is not None and not self.max_length_ratio >= 1:
             raise ValueError(f"max_length_ratio must be >= 1 (or null to disable), got {self.max_length_ratio!r}.")
 

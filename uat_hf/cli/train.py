@@ -16,7 +16,9 @@ What a run does, in order (every input is checked before any training step):
 5. Model: a preset built from scratch or a pretrained checkpoint.
 6. ``UATTrainer.train()``, then per-corpus BLEU/chrF on the eval split: a table with the macro average and
    the sacreBLEU signatures, ``eval_results.json``, and model + tokenizer + the effective ``recipe.yaml``
-   (with a README model card) in ``output_dir``.
+   (with a README model card) in ``output_dir``. Resumed (``--resume_from_checkpoint latest``) from a
+   checkpoint already at ``max_steps``, a run whose evaluation was cut short, it evaluates that checkpoint's
+   model instead of training.
 
 Steps 2-4 and the checks on their results are in :mod:`uat_hf.cli.train_data`.
 """
@@ -31,10 +33,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerState
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 
+from ..checkpoints import BALANCING_STATE_FILE, LATEST, checkpoint_problem, last_complete_checkpoint
 from ..recipe import Recipe
+from ..uat_config import MULTIUAT_PREFIX
 from ..uat_trainer import UATTrainer
 from .arguments import DataArguments, ModelArguments, RunArguments
 from .parsing import CONFIG_FLAG, make_parser, parse_recipe_and_args
@@ -67,6 +72,8 @@ def parse_arguments(argv: Sequence[str] | None = None):
     recipe = Recipe.from_pretrained(known.config) if known.config else Recipe()
     source = f"recipe {recipe.source}" if recipe.source else "recipe"
     training, data, model, run_args, effective = parse_recipe_and_args(recipe.to_dict(), argv, source=source)
+    if str(effective.get("strategy", "")).startswith(MULTIUAT_PREFIX):  # save the two fields it stands for
+        effective.update(strategy=training.strategy, measure=training.measure)
     return training, data, model, run_args, Recipe(effective, source=recipe.source)
 
 
@@ -210,10 +217,15 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     start = time.monotonic() if start is None else start
     training_args = trainer.args
     output_dir = Path(training_args.output_dir)
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint or None)
+    finished = finished_checkpoint(training_args)
+    if finished is None:
+        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint or None)
+        trainer.log_metrics("train", train_result.metrics)
+        trainer.save_metrics("train", train_result.metrics)
+    else:
+        say(f"{finished} is already at max_steps={training_args.max_steps}: training is done, evaluating its model")
+        load_finished_checkpoint(trainer, finished)
     trainer.save_model()
-    trainer.log_metrics("train", train_result.metrics)
-    trainer.save_metrics("train", train_result.metrics)
     trainer.save_state()
 
     say(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
@@ -243,6 +255,41 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         say(f"saved model, tokenizer, eval_results.json and recipe.yaml to {output_dir} "
              f"({time.monotonic() - start:.0f}s in all)")
     return metrics
+
+
+def finished_checkpoint(training_args) -> str | None:
+    """The checkpoint ``resume_from_checkpoint`` asks for when it is already at ``max_steps``; else ``None``.
+
+    A driver that reruns interrupted runs with ``--resume_from_checkpoint latest`` meets runs whose training
+    ended (the Trainer saves a checkpoint at the last step) but whose evaluation was cut short. The Trainer
+    would take one more step from such a checkpoint, so ``UATTrainer.train`` refuses it; ``uat-train``
+    evaluates it instead. Anything else, a missing or torn checkpoint included, goes to ``train``, which
+    resumes it or says what is wrong.
+    """
+    resume = training_args.resume_from_checkpoint
+    if not resume or training_args.max_steps <= 0:
+        return None
+    exact = not training_args.allow_inexact_resume
+    if str(resume).strip().lower() in LATEST:
+        folder = last_complete_checkpoint(training_args.output_dir, needs_balancing_state=exact)
+    else:
+        folder = None if checkpoint_problem(resume, needs_balancing_state=exact) else resume
+    if folder is None:
+        return None
+    step = TrainerState.load_from_json(os.path.join(folder, TRAINER_STATE_NAME)).global_step
+    return folder if step >= training_args.max_steps else None
+
+
+def load_finished_checkpoint(trainer: UATTrainer, folder: str) -> None:
+    """Put the trainer where ``train`` left it at ``folder``: weights, trainer state and the balancing state
+    (final p), so the model saved and evaluated next is the one an unbroken run evaluates. The log history
+    lacks only the run's summary entry (``train_loss``), logged after the last save: the interrupted run wrote
+    it to ``train_results.json`` if it got that far."""
+    trainer._load_from_checkpoint(folder)  # the Trainer's own loader, as train() uses on resume (every format)
+    trainer.state = TrainerState.load_from_json(os.path.join(folder, TRAINER_STATE_NAME))
+    balancing_state = os.path.join(folder, BALANCING_STATE_FILE)
+    if os.path.isfile(balancing_state):  # absent only when allow_inexact_resume accepted the checkpoint
+        trainer.balancing.load(balancing_state)
 
 
 def _scores(metrics: dict[str, float], name: str) -> dict[str, float]:

@@ -5,6 +5,7 @@ that refuse bad input before the first training step (:class:`InputError`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..corpus_specs import CorpusSpec, corpus_specs_from_directory, language_tag, resolve_bundled
@@ -13,17 +14,21 @@ from .arguments import DataArguments, ModelArguments
 
 __all__ = [
     "InputError",
+    "SUBSAMPLE_SEED",
     "build_specs",
     "build_tokenizer",
     "check_before_training",
     "check_lengths",
     "check_model_lengths",
+    "keep_fraction",
     "load_data",
     "say",
     "tags_for",
 ]
 
 _SPEC_PATH_FIELDS = ("train", "dev", "test", "path")
+#: Seed of train_fraction's subsets: fixed, so that every seed and strategy of a study trains on the same pairs.
+SUBSAMPLE_SEED = 0
 
 
 class InputError(ValueError):
@@ -134,6 +139,8 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
         cache_dir=data_args.dataset_cache_dir,
     )
     data = load_corpora(specs, tokenizer, preprocessing, splits=data_args.split_names(), tags=tag_of, **common)
+    if data_args.train_fraction is not None:
+        data["train"] = keep_fraction(data["train"], data_args.train_fraction)
     split = data_args.eval_split
     eval_corpora = dict(data.get(split, {}))  # the final evaluation; in-training evaluation uses dev
     ood = {}
@@ -144,6 +151,24 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
         limit = data_args.max_eval_examples
         eval_corpora = {n: ds.select(range(min(limit, len(ds)))) for n, ds in eval_corpora.items()}
     return data["train"], data.get("dev", {}), eval_corpora, list(ood)
+
+
+def keep_fraction(corpora: Mapping, fraction: float, seed: int = SUBSAMPLE_SEED) -> dict:
+    """The same random ``fraction`` of every corpus (at least one pair each), rows kept in file order.
+
+    Why not the first N pairs: corpus files are often sorted (by package, by book), so a prefix is a biased
+    sample; and one fraction for all corpora keeps their size ratios, hence the priors p starts from. Each
+    corpus draws its own permutation from ``seed``, so a smaller fraction keeps a subset of a larger one.
+    """
+    import numpy as np
+
+    kept = {}
+    for name, dataset in corpora.items():
+        count = max(1, round(fraction * len(dataset)))
+        order = np.random.default_rng(seed).permutation(len(dataset))
+        kept[name] = dataset.select(np.sort(order[:count]))
+        say(f"train_fraction {fraction:g}: {name} keeps {count} of {len(dataset)} training pairs")
+    return kept
 
 
 def check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora) -> None:
