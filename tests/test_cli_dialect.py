@@ -13,11 +13,11 @@ SHARED_WITH_TRAIN = (
     "corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "eval_split",
     "max_eval_examples", "max_source_length", "generation_num_beams", "generation_max_length",
     "per_device_eval_batch_size", "bleu_tokenize", "model_name_or_path", "tokenizer_name_or_path", "output_dir",
-    "seed",
+    "seed", "use_cpu",
 )
 #: uat-evaluate's concepts that uat-train has not (a new flag must be put in one list or the other).
 EVALUATE_ONLY = (
-    "ood_corpora", "ood_corpus_dir", "max_new_tokens", "device", "hypotheses_dir", "compare", "significance_test",
+    "ood_corpora", "ood_corpus_dir", "max_new_tokens", "hypotheses_dir", "compare", "significance_test",
     "significance_samples", "alpha",
 )
 
@@ -83,7 +83,7 @@ def test_one_command_line_means_the_same_to_uat_train_and_uat_evaluate(tmp_path)
         "--max_eval_examples", "5", "--max_source_length", "64", "--generation_num_beams", "2",
         "--generation_max_length", "20", "--per_device_eval_batch_size", "4", "--bleu_tokenize", "char",
         "--model_name_or_path", str(model), "--tokenizer_name_or_path", str(model),
-        "--output_dir", str(tmp_path / "out"), "--seed", "7",
+        "--output_dir", str(tmp_path / "out"), "--seed", "7", "--use_cpu", "true",
     ]
     evaluate = parse_evaluate(argv)
     expected = {
@@ -91,12 +91,12 @@ def test_one_command_line_means_the_same_to_uat_train_and_uat_evaluate(tmp_path)
         "source_lang": "en", "target_lang": "de", "language_tags": "none", "eval_split": "dev",
         "max_eval_examples": 5, "max_source_length": 64, "generation_num_beams": 2, "generation_max_length": 20,
         "per_device_eval_batch_size": 4, "bleu_tokenize": "char", "model_name_or_path": str(model),
-        "tokenizer_name_or_path": str(model), "output_dir": str(tmp_path / "out"), "seed": 7,
+        "tokenizer_name_or_path": str(model), "output_dir": str(tmp_path / "out"), "seed": 7, "use_cpu": True,
     }
     assert set(expected) == set(SHARED_WITH_TRAIN)
     assert {name: getattr(evaluate, name) for name in expected} == expected
     trained = {}
-    for arguments in parse_train(argv + ["--report_to", "none", "--use_cpu", "true"])[:4]:
+    for arguments in parse_train(argv + ["--report_to", "none"])[:4]:
         trained.update({name: getattr(arguments, name) for name in expected if hasattr(arguments, name)})
     assert trained == expected
     assert parse_plot(["--output_dir", str(tmp_path / "out")]).output_dir == str(tmp_path / "out")

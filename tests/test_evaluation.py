@@ -12,18 +12,19 @@ import yaml
 
 from conftest import MULTIDOMAIN
 from uat_hf.cli.evaluate import main as evaluate_main
-from uat_hf.corpora import BUNDLED_DIR
+from uat_hf.corpora import BUNDLED_DIR, load_corpora
 from uat_hf.evaluation import (
     eval_set_specs,
-    load_eval_sets,
     load_translation_model,
     paired_significance,
     read_hypotheses,
-    translate,
+    source_length_limit,
     write_hypotheses,
 )
 from uat_hf.metrics import macro_average
 from uat_hf.presets import build_model
+from uat_hf.uat_config import UATConfig
+from uat_hf.uat_trainer import UATTrainer
 
 SENTENCES = 5
 
@@ -93,11 +94,11 @@ def test_system_against_itself_is_not_significant(first_run, model_dir, tmp_path
 
 
 @pytest.mark.parametrize("test", ["bs", "ar"])
-def test_system_against_the_references_is_significant(first_run, model_dir, tmp_path, test):
+def test_system_against_the_references_is_significant(first_run, model_dir, tmp_path, tokenizer, test):
     specs = eval_set_specs(MULTIDOMAIN, "test", source_lang="en", target_lang="de",
                            corpora=["bible", "software", "dictionary"])
-    for name, eval_set in load_eval_sets(specs, max_sentences=SENTENCES).items():
-        write_hypotheses(tmp_path / "refs", name, eval_set.references)
+    for name, test_set in load_corpora(specs, tokenizer, splits=("test",))["test"].items():
+        write_hypotheses(tmp_path / "refs", name, test_set["target_text"][:SENTENCES])
     results = run_cli(*cli_args(model_dir, tmp_path / "r", "--compare", tmp_path / "refs",
                                 "--significance_test", test, "--significance_samples", "200"))
     for metrics in results["significance"]["corpora"].values():
@@ -126,23 +127,35 @@ def test_paired_significance_is_seeded_and_checked():
         paired_significance(system, baseline, references, test="t")
 
 
-def test_translate_keeps_the_order_of_the_sources(model_dir):
-    model, tokenizer = load_translation_model(str(model_dir), device="cpu")
-    sources = ["Hello.", "This is a much longer sentence about the software package.", "A short one.",
-               "In the beginning"]
-    batched = translate(model, tokenizer, sources, batch_size=3, num_beams=1, max_new_tokens=5)
-    one_by_one = [translate(model, tokenizer, [s], batch_size=1, num_beams=1, max_new_tokens=5)[0] for s in sources]
-    assert batched == one_by_one
+def test_uat_evaluate_scores_what_the_trainers_evaluation_scores(first_run, model_dir, tmp_path):
+    """One evaluation path: uat-evaluate's numbers and hypotheses are those of UATTrainer.evaluate on the same
+    model, test sets and generation settings (the trainer reads the sets the way uat-train does)."""
+    results, out = first_run
+    model, tokenizer = load_translation_model(str(model_dir))
+    specs = eval_set_specs(MULTIDOMAIN, "test", source_lang="en", target_lang="de",
+                           corpora=["bible", "software", "dictionary"])
+    limit = source_length_limit(model, tokenizer, None)
+    test_sets = load_corpora(specs, tokenizer, splits=("test",), max_source_length=limit, max_target_length=limit)
+    test_sets = {name: ds.select(range(SENTENCES)) for name, ds in test_sets["test"].items()}
+    args = UATConfig(output_dir=str(tmp_path / "trainer"), generation_num_beams=1, per_device_eval_batch_size=2,
+                     use_cpu=True, report_to="none")
+    trainer = UATTrainer(model, args, eval_corpora=test_sets, processing_class=tokenizer)
+    metrics = trainer.evaluate(max_new_tokens=6)
+    scores = {**results["scores"], **results["ood_scores"]}
+    for name in test_sets:
+        assert metrics[f"eval_{name}_bleu"] == pytest.approx(scores[name]["bleu"])
+        assert metrics[f"eval_{name}_chrf"] == pytest.approx(scores[name]["chrf"])
+        assert read_hypotheses(out / "hypotheses", name) == trainer.translate(name, max_new_tokens=6)[name].hypotheses
 
 
-def test_test_set_specs_follow_the_direction_and_need_only_the_split(tmp_path):
+def test_test_set_specs_follow_the_direction_and_need_only_the_split(tmp_path, tokenizer):
     specs = eval_set_specs(BUNDLED_DIR / "multilingual-ddtp", "dev", direction="x2en")
     assert [(s.name, s.source_lang, s.target_lang) for s in specs] == [(n, n, "en") for n in ("cs", "de", "fr", "ko")]
     with gzip.open(tmp_path / "qed.test.jsonl.gz", "wt") as f:
         f.write(json.dumps({"translation": {"en": "Hello there.", "de": "Hallo."}}) + "\n")
     (spec,) = eval_set_specs(tmp_path, source_lang="en", target_lang="de")
     assert spec.name == "qed" and spec.train is None
-    assert load_eval_sets([spec])["qed"].references == ["Hallo."]
+    assert load_corpora([spec], tokenizer, splits=("test",))["test"]["qed"]["target_text"] == ["Hallo."]
     with pytest.raises(ValueError, match="no test file"):
         eval_set_specs(tmp_path, source_lang="en", target_lang="de", corpora=["ted"])
 

@@ -20,7 +20,7 @@ from transformers import (
 
 from uat_hf.balancing import attach_balancing
 from uat_hf.callback import HISTORY_FILE, STATE_FILE
-from uat_hf.metrics import translation_scores
+from uat_hf.metrics import detokenize, translation_scores
 from uat_hf.presets import build_model
 from uat_hf.uat_config import UATConfig
 from uat_hf.uat_trainer import SIGNATURES_FILE, UATTrainer
@@ -73,21 +73,34 @@ def test_training_batches_follow_the_strategy(tmp_path, corpora, tokenizer, tiny
 
 
 def test_evaluation_references_are_raw_text(tmp_path, corpora, tokenizer, tiny_model):
-    """A model that outputs the reference scores 100 BLEU: references are the raw target text."""
-    trainer = UATTrainer(tiny_model, make_args(tmp_path), train_corpora=corpora["train"], processing_class=tokenizer,
-                         eval_corpora={"bible": corpora["test"]["bible"]})
-    from transformers import EvalPrediction
-
-    dataset = corpora["test"]["bible"]
-    # Keep the rows whose labels were not truncated at max_target_length.
-    dataset = dataset.filter(lambda row: len(row["labels"]) < 48)
+    """Scores compare detokenized hypotheses with the raw target text: the detokenized labels of untruncated
+    rows (what a perfect model would output, padded with -100 as the Trainer pads them) score 100 BLEU."""
+    dataset = corpora["test"]["bible"].filter(lambda row: len(row["labels"]) < 48)
     assert len(dataset) > 5
+    trainer = UATTrainer(tiny_model, make_args(tmp_path, generation_num_beams=1, generation_max_length=4),
+                         eval_corpora={"bible": dataset}, processing_class=tokenizer)
+    translation = trainer.translate()["bible"]
+    assert translation.references == list(dataset["target_text"])
     labels = np.full((len(dataset), 64), -100)
     for i, ids in enumerate(dataset["labels"]):
         labels[i, : len(ids)] = ids
-    trainer._current_references = list(dataset["target_text"])
-    scores = trainer._translation_metrics(EvalPrediction(predictions=labels, label_ids=labels))
-    assert scores["bleu"] == pytest.approx(100.0)
+    perfect, _ = translation_scores(detokenize(tokenizer, labels), translation.references)
+    assert perfect["bleu"] == pytest.approx(100.0)
+    assert translation.output.metrics["test_bible_bleu"] < 100.0  # the untrained model's own outputs
+
+
+def test_an_evaluation_only_trainer_translates_but_refuses_to_train(tmp_path, corpora, tokenizer, tiny_model):
+    """Without train_corpora the trainer is for evaluation (as a Trainer without train_dataset); a dataset without
+    references is translated without scores, in its own row order."""
+    dataset = corpora["test"]["bible"].select(range(6))
+    trainer = UATTrainer(tiny_model, make_args(tmp_path, generation_num_beams=1, generation_max_length=6),
+                         eval_corpora={"bible": dataset}, processing_class=tokenizer)
+    with pytest.raises(ValueError, match="without train_corpora, for evaluation only"):
+        trainer.train()
+    scored = trainer.predict(dataset)
+    unscored = trainer.predict(dataset.remove_columns(["labels", "target_text"]))
+    assert "test_bleu" in scored.metrics and "test_bleu" not in unscored.metrics
+    assert detokenize(tokenizer, unscored.predictions) == trainer.translate("bible")["bible"].hypotheses
 
 
 def test_evaluation_decodes_longest_first_and_scores_against_the_right_references(tmp_path, corpora, tokenizer,

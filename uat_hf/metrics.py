@@ -8,8 +8,24 @@ was computed (tokenizer, smoothing, casing, version). Scores are on detokenized 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import sacrebleu
+
+
+def detokenize(tokenizer: Any, token_ids: np.ndarray | Sequence[Sequence[int]]) -> list[str]:
+    """The text of generated (or label) token ids, as sacreBLEU should see it.
+
+    Negative ids (the ``-100`` that pads labels and multi-process gathers) become the pad id; special tokens
+    (pad, EOS, language codes) are skipped; surrounding whitespace goes.
+    """
+    pad = tokenizer.pad_token_id
+    if isinstance(token_ids, np.ndarray):
+        ids: Any = np.where(token_ids < 0, pad, token_ids)
+    else:
+        ids = [[pad if token < 0 else token for token in row] for row in token_ids]
+    return [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
 
 
 def translation_scores(

@@ -9,10 +9,12 @@ What it adds to the stock trainer, and why:
   a stock trainer: the :class:`~uat_hf.distribution.CorpusDistribution` that owns p, the sampler that reads
   it, and the :class:`~uat_hf.callback.CorpusBalancingCallback` that updates it. Its state is written into
   each checkpoint folder before the Trainer's own, and its numbers join the Trainer's log entries.
-* **Evaluation** generates translations for each named dev/test corpus (longest source first, so that
-  batches pad and wait little) and scores them with sacreBLEU and chrF on detokenized text
-  (``eval_<corpus>_bleu``, ``eval_<corpus>_chrf``), plus their macro averages ``eval_mean_bleu`` /
-  ``eval_mean_chrf``, usable as ``metric_for_best_model="mean_bleu"``.
+* **Evaluation** has one path, :meth:`UATTrainer.translate`, used by ``evaluate``, ``predict`` and
+  ``uat-evaluate``: the Trainer's own generation loop (distributed, FSDP-aware) over each named corpus,
+  longest source first so that batches pad and wait little, then detokenized hypotheses scored against the
+  raw references with sacreBLEU and chrF (``eval_<corpus>_bleu``, ``eval_<corpus>_chrf``), plus their macro
+  averages ``eval_mean_bleu`` / ``eval_mean_chrf``, usable as ``metric_for_best_model="mean_bleu"``.
+* Without ``train_corpora`` it is an evaluation-only trainer (as a ``Trainer`` without ``train_dataset``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,13 +38,22 @@ from .checkpoints import BALANCING_STATE_FILE, LATEST, checkpoint_problem, last_
 from .columns import REFERENCE_COLUMN
 from .distribution import CorpusDistribution
 from .measures import IGNORE_INDEX
-from .metrics import macro_average, translation_scores
+from .metrics import detokenize, macro_average, translation_scores
 from .packing import example_lengths, longest_first
 from .uat_config import UATConfig
 
-__all__ = ["UATTrainer", "attach_balancing", "concatenate_corpora", "corpus_dataloader"]
+__all__ = ["CorpusTranslation", "UATTrainer", "attach_balancing", "concatenate_corpora", "corpus_dataloader"]
 
 SIGNATURES_FILE = "metric_signatures.json"
+
+
+@dataclass
+class CorpusTranslation:
+    """One corpus translated and scored by :meth:`UATTrainer.translate`, rows in the corpus's own order."""
+
+    hypotheses: list[str]
+    references: list[str] | None
+    output: PredictionOutput  # generated token ids, labels, and the metrics (BLEU/chrF when references exist)
 
 
 class UATTrainer(Seq2SeqTrainer):
@@ -50,7 +62,8 @@ class UATTrainer(Seq2SeqTrainer):
     Args:
         model: any Hugging Face encoder-decoder model (MarianMT, BART, T5, ...).
         args: :class:`~uat_hf.uat_config.UATConfig`.
-        train_corpora: name → tokenized ``Dataset`` with ``input_ids``/``attention_mask``/``labels``.
+        train_corpora: name → tokenized ``Dataset`` with ``input_ids``/``attention_mask``/``labels`` (``None``:
+            an evaluation-only trainer, as a ``Trainer`` built without ``train_dataset``).
         dev_corpora: name → tokenized trusted dev set per training corpus (what MultiUAT/MultiDDS-S measure).
         eval_corpora: name → tokenized sets to evaluate by generation (default: ``dev_corpora``). A
             ``target_text`` column, when present, gives the references; otherwise the labels are decoded.
@@ -78,8 +91,6 @@ class UATTrainer(Seq2SeqTrainer):
                 f"UATTrainer got {given}, but it balances named corpora: pass train_corpora={{name: dataset, ...}} "
                 "(and dev_corpora / eval_corpora the same way) instead. With a single dataset, use Seq2SeqTrainer."
             )
-        if train_corpora is None:
-            raise TypeError("UATTrainer needs train_corpora: a dict {corpus name: tokenized Dataset}.")
         if args is None:
             args = UATConfig(output_dir="uat_output")
         if not isinstance(args, UATConfig):
@@ -88,7 +99,7 @@ class UATTrainer(Seq2SeqTrainer):
         if processing_class is None:
             raise ValueError("UATTrainer needs processing_class (the tokenizer) to batch inputs and decode "
                              "translations.")
-        self.train_corpora = dict(train_corpora)
+        self.train_corpora = dict(train_corpora or {})
         self.dev_corpora = dict(dev_corpora or {})
         self.eval_corpora = dict(eval_corpora if eval_corpora is not None else self.dev_corpora)
         named = (("training", self.train_corpora), ("dev", self.dev_corpora), ("evaluation", self.eval_corpora))
@@ -96,25 +107,27 @@ class UATTrainer(Seq2SeqTrainer):
             for name, dataset in corpora.items():
                 if len(dataset) == 0:
                     raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
-        check_corpora(self.train_corpora, self.dev_corpora, args)
+        if train_corpora is not None:
+            check_corpora(self.train_corpora, self.dev_corpora, args)
         if data_collator is None:
             data_collator = DataCollatorForSeq2Seq(processing_class, model=model, label_pad_token_id=IGNORE_INDEX)
         self._references = {name: _references(ds, processing_class, name) for name, ds in self.eval_corpora.items()}
         self.metric_signatures: dict[str, str] = {}
-        self._current_references: list[str] | None = None
         super().__init__(
             model=model,
             args=args,
             eval_dataset=self.eval_corpora or None,
             processing_class=processing_class,
             data_collator=data_collator,
-            compute_metrics=compute_metrics or self._translation_metrics,
+            compute_metrics=compute_metrics,
             callbacks=callbacks,
             **kwargs,
         )
-        self.balancing = attach_balancing(self, self.train_corpora, self.dev_corpora)
-        self.balancing.saves_on_save = False  # _save_checkpoint writes the state, before the Trainer's own
-        self.corpus_sampler = self.balancing.sampler
+        self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora) if train_corpora is not None
+                          else None)
+        if self.balancing is not None:
+            self.balancing.saves_on_save = False  # _save_checkpoint writes the state, before the Trainer's own
+        self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
 
     #: Tells :func:`~uat_hf.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
     owns_corpus_sampler = True
@@ -132,6 +145,9 @@ class UATTrainer(Seq2SeqTrainer):
         killed while saving are skipped. A checkpoint that cannot be resumed exactly, or one already at
         ``max_steps`` (the stock loop would train one step past it), is refused before training starts.
         """
+        if self.balancing is None:
+            raise ValueError("This UATTrainer was built without train_corpora, for evaluation only: pass "
+                             "train_corpora={name: tokenized Dataset, ...} to train.")
         exact = not self.args.allow_inexact_resume
         if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() in LATEST:
             resume_from_checkpoint = True
@@ -175,11 +191,37 @@ class UATTrainer(Seq2SeqTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The Trainer's log; a training entry also gets the last balancing update's numbers (p, rewards)."""
-        if _is_training_log(logs):
+        if self.balancing is not None and _is_training_log(logs):
             logs.update(self.balancing.pop_logs())
         super().log(logs, start_time)
 
     # ------------------------------------------------------------------ evaluation
+    def translate(
+        self,
+        corpora: Mapping[str, Dataset] | str | None = None,
+        metric_key_prefix: str = "test",
+        ignore_keys: list[str] | None = None,
+        **gen_kwargs: Any,
+    ) -> dict[str, CorpusTranslation]:
+        """Translate and score each named corpus (default: ``eval_corpora``; a string names one of them).
+
+        The one generate → detokenize → sacreBLEU/chrF path of the library: ``evaluate``, ``predict`` and
+        ``uat-evaluate`` all come here, so a score means the same wherever it is printed. Generation settings
+        are the Trainer's (``generation_num_beams``, ``generation_max_length``, or ``gen_kwargs`` such as
+        ``max_new_tokens``); metrics are ``<prefix>_<corpus>_bleu`` / ``_chrf``. The sacreBLEU signatures go to
+        ``metric_signatures`` and ``output_dir/metric_signatures.json``.
+        """
+        translations = {
+            name: self._translate_dataset(dataset, self._references_of(name, dataset), f"{metric_key_prefix}_{name}",
+                                          ignore_keys, gen_kwargs)
+            for name, dataset in self._named_corpora(corpora).items()
+        }
+        if self.args.should_save and self.metric_signatures:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            with open(os.path.join(self.args.output_dir, SIGNATURES_FILE), "w", encoding="utf-8") as f:
+                json.dump(self.metric_signatures, f, indent=2)
+        return translations
+
     def evaluate(
         self,
         eval_dataset: Dataset | Mapping[str, Dataset] | str | None = None,
@@ -194,17 +236,14 @@ class UATTrainer(Seq2SeqTrainer):
         follow ``metric_for_best_model="mean_bleu"``.
         """
         if isinstance(eval_dataset, Dataset):
-            references = _references(eval_dataset, self.processing_class)
-            eval_dataset, self._current_references = _longest_source_first(eval_dataset, references)
-            try:
-                return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix, **gen_kwargs)
-            finally:
-                self._current_references = None
-        outputs = self.predict(self._named_corpora(eval_dataset), ignore_keys, metric_key_prefix, **gen_kwargs)
-        metrics: dict[str, float] = {}
-        for output in outputs.values():
-            metrics.update(output.metrics)
-        metrics.update(self._macro_means(metrics, list(outputs), metric_key_prefix))
+            metrics = self._translate_dataset(eval_dataset, _references(eval_dataset, self.processing_class),
+                                              metric_key_prefix, ignore_keys, gen_kwargs).output.metrics
+        else:
+            translations = self.translate(eval_dataset, metric_key_prefix, ignore_keys, **gen_kwargs)
+            metrics = {}
+            for translation in translations.values():
+                metrics.update(translation.output.metrics)
+            metrics.update(self._macro_means(metrics, list(translations), metric_key_prefix))
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
@@ -218,28 +257,43 @@ class UATTrainer(Seq2SeqTrainer):
     ) -> PredictionOutput | dict[str, PredictionOutput]:
         """Translations and metrics of one dataset, or of each named corpus (a dict, or the name of one of
         ``eval_corpora``): then a dict name → ``PredictionOutput`` whose metrics are ``<prefix>_<name>_bleu``
-        and so on, each corpus in the original order of its rows."""
+        and so on, each corpus in the original order of its rows. A dataset without references (neither a
+        ``target_text`` nor a ``labels`` column) is translated without scores."""
         if isinstance(test_dataset, Dataset):
-            return super().predict(test_dataset, ignore_keys, metric_key_prefix, **gen_kwargs)
-        outputs: dict[str, PredictionOutput] = {}
-        for name, dataset in self._named_corpora(test_dataset).items():
-            references = (
-                self._references[name] if name in self._references and dataset is self.eval_corpora.get(name)
-                else _references(dataset, self.processing_class, name)
-            )
-            order = _longest_source_first_order(dataset)
-            self._current_references = [references[i] for i in order]
-            try:
-                output = super().predict(dataset.select(order), ignore_keys, f"{metric_key_prefix}_{name}",
-                                         **gen_kwargs)
-            finally:
-                self._current_references = None
-            outputs[name] = _in_original_order(output, order)
-        if self.args.should_save and self.metric_signatures:
-            os.makedirs(self.args.output_dir, exist_ok=True)
-            with open(os.path.join(self.args.output_dir, SIGNATURES_FILE), "w", encoding="utf-8") as f:
-                json.dump(self.metric_signatures, f, indent=2)
-        return outputs
+            columns = test_dataset.column_names
+            references = (_references(test_dataset, self.processing_class)
+                          if REFERENCE_COLUMN in columns or "labels" in columns else None)
+            return self._translate_dataset(test_dataset, references, metric_key_prefix, ignore_keys, gen_kwargs).output
+        translations = self.translate(test_dataset, metric_key_prefix, ignore_keys, **gen_kwargs)
+        return {name: translation.output for name, translation in translations.items()}
+
+    def _translate_dataset(self, dataset: Dataset, references: list[str] | None, metric_key_prefix: str,
+                           ignore_keys: list[str] | None, gen_kwargs: Mapping[str, Any]) -> CorpusTranslation:
+        if not self.args.predict_with_generate:
+            raise ValueError("UATTrainer scores generated translations: set predict_with_generate=True (the "
+                             "UATConfig default).")
+        order = _longest_source_first_order(dataset)
+        output = super().predict(dataset.select(order), ignore_keys, metric_key_prefix, **gen_kwargs)
+        output = _in_original_order(output, order)
+        hypotheses = detokenize(self.processing_class, output.predictions)[: len(dataset)]
+        if references is not None:
+            scores, signatures = translation_scores(hypotheses, references, bleu_tokenize=self.args.bleu_tokenize)
+            self.metric_signatures.update(signatures)
+            output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in scores.items()})
+        return CorpusTranslation(hypotheses, references, output)
+
+    def prediction_step(self, model: torch.nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None, **gen_kwargs: Any):
+        # DataCollatorForSeq2Seq gives rows without labels ``labels=None``, which Seq2SeqTrainer takes for labels
+        # and then asks the model for a loss it cannot compute: translate such rows without a loss.
+        if "labels" in inputs and inputs["labels"] is None:
+            inputs = {key: value for key, value in inputs.items() if key != "labels"}
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs)
+
+    def _references_of(self, name: str, dataset: Dataset) -> list[str]:
+        if name in self._references and dataset is self.eval_corpora.get(name):
+            return self._references[name]
+        return _references(dataset, self.processing_class, name)
 
     def _named_corpora(self, corpora: Mapping[str, Dataset] | str | None) -> dict[str, Dataset]:
         if isinstance(corpora, str):
@@ -262,23 +316,6 @@ class UATTrainer(Seq2SeqTrainer):
         return {f"{prefix}_mean_bleu": macro_average(per_corpus, "bleu"),
                 f"{prefix}_mean_chrf": macro_average(per_corpus, "chrf")}
 
-    def _translation_metrics(self, prediction: EvalPrediction) -> dict[str, float]:
-        tokenizer = self.processing_class
-        predictions = prediction.predictions
-        if isinstance(predictions, tuple):
-            predictions = predictions[0]
-        predictions = np.where(predictions < 0, tokenizer.pad_token_id, predictions)
-        hypotheses = [h.strip() for h in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
-        references = self._current_references
-        if references is None:
-            labels = np.where(prediction.label_ids < 0, tokenizer.pad_token_id, prediction.label_ids)
-            references = [r.strip() for r in tokenizer.batch_decode(labels, skip_special_tokens=True)]
-        # A distributed gather pads the last step with repeats of the first examples: drop them.
-        hypotheses = hypotheses[: len(references)]
-        scores, signatures = translation_scores(hypotheses, references, bleu_tokenize=self.args.bleu_tokenize)
-        self.metric_signatures.update(signatures)
-        return scores
-
 
 def _is_training_log(logs: Mapping[str, Any]) -> bool:
     return "loss" in logs or "train_loss" in logs
@@ -290,11 +327,6 @@ def _longest_source_first_order(dataset: Dataset) -> list[int]:
     if "input_ids" not in dataset.column_names:
         return list(range(len(dataset)))
     return [int(i) for i in longest_first(example_lengths(dataset, columns=("input_ids",)))]
-
-
-def _longest_source_first(dataset: Dataset, references: list[str]) -> tuple[Dataset, list[str]]:
-    order = _longest_source_first_order(dataset)
-    return dataset.select(order), [references[i] for i in order]
 
 
 def _in_original_order(output: PredictionOutput, order: list[int]) -> PredictionOutput:
@@ -325,4 +357,4 @@ def _references(dataset: Dataset, tokenizer: Any, name: str | None = None) -> li
     if "labels" not in dataset.column_names:
         which = f"Evaluation corpus {name!r}" if name is not None else "An evaluation corpus"
         raise ValueError(f"{which} needs a {REFERENCE_COLUMN!r} or 'labels' column (has {dataset.column_names}).")
-    return [t.strip() for t in tokenizer.batch_decode(list(dataset["labels"]), skip_special_tokens=True)]
+    return detokenize(tokenizer, dataset["labels"])

@@ -30,20 +30,18 @@ from typing import Any
 
 import datasets
 
+from ..corpora import load_corpora
 from ..evaluation import (
-    EvalSet,
     eval_set_specs,
-    load_eval_sets,
     load_translation_model,
     paired_significance,
     read_hypotheses,
-    score_eval_sets,
-    translate,
+    source_length_limit,
     write_hypotheses,
 )
 from ..metrics import format_table, macro_average
-from ..preprocessing import corpus_tags
-from ..tokenization import check_tags_in_vocab
+from ..uat_config import UATConfig
+from ..uat_trainer import CorpusTranslation, UATTrainer
 from .tool_arguments import EVALUATE_RECIPE_FIELDS, EvaluateArguments, make_evaluate_parser, parse_tool_arguments
 
 logger = logging.getLogger(__name__)
@@ -81,29 +79,38 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _run(args: EvaluateArguments) -> None:
     corpus_dir = args.corpus_dir  # bundled: names are resolved by EvaluateArguments
     ood_dir = args.ood_corpus_dir or corpus_dir
-    split, tags = args.eval_split, args.language_tags
+    split = args.eval_split
     language = {"source_lang": args.source_lang, "target_lang": args.target_lang, "direction": args.direction}
     in_domain = eval_set_specs(corpus_dir, split, corpora=args.corpora, **language)
     ood = eval_set_specs(ood_dir, split, corpora=args.ood_corpora, **language) if args.ood_corpora else []
-    model, tokenizer = load_translation_model(args.model_name_or_path, args.tokenizer_name_or_path, device=args.device)
-    if args.generation_max_length is not None:  # as uat-train saves it: the generation config's max_length
-        model.generation_config.max_length = args.generation_max_length
-    check_tags_in_vocab(tokenizer, sorted({tag for tag in corpus_tags(in_domain + ood, tags).values() if tag}))
-    eval_sets = load_eval_sets(in_domain + ood, split, tags=tags, max_sentences=args.max_eval_examples)
+    model, tokenizer = load_translation_model(args.model_name_or_path, args.tokenizer_name_or_path)
+    # Read and tokenize the test sets exactly as uat-train reads its evaluation corpora (tags included).
+    limit = source_length_limit(model, tokenizer, args.max_source_length)
+    corpora = load_corpora(in_domain + ood, tokenizer, splits=(split,), tags=args.language_tags,
+                           max_source_length=limit, max_target_length=limit)[split]
+    if args.max_eval_examples is not None:
+        corpora = {name: ds.select(range(min(args.max_eval_examples, len(ds)))) for name, ds in corpora.items()}
+    sizes = {name: len(dataset) for name, dataset in corpora.items()}
     # Read the baseline first: a missing or misaligned file should fail before minutes of generation.
-    baselines = ({name: read_hypotheses(args.compare, name, expected=len(eval_set.references))
-                  for name, eval_set in eval_sets.items()} if args.compare else None)
+    baselines = ({name: read_hypotheses(args.compare, name, expected=size) for name, size in sizes.items()}
+                 if args.compare else None)
 
-    output = Path(args.output_dir) / RESULTS_FILE
+    trainer = UATTrainer(model, UATConfig(
+        output_dir=args.output_dir, per_device_eval_batch_size=args.per_device_eval_batch_size,
+        generation_num_beams=args.generation_num_beams, generation_max_length=args.generation_max_length,
+        bleu_tokenize=args.bleu_tokenize, use_cpu=args.use_cpu, seed=args.seed, report_to="none", disable_tqdm=True,
+    ), eval_corpora=corpora, processing_class=tokenizer)
+    logger.info("Translating %s", ", ".join(f"{name} ({size} sentences)" for name, size in sizes.items()))
+    gen_kwargs = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+    translations = trainer.translate(metric_key_prefix=split, **gen_kwargs)
+    if not trainer.is_world_process_zero():
+        return
     hypotheses_dir = Path(args.hypotheses_dir) if args.hypotheses_dir else Path(args.output_dir) / "hypotheses"
-    hypotheses = {}
-    for name, eval_set in eval_sets.items():
-        logger.info("Translating %s (%d sentences)", name, len(eval_set.sources))
-        hypotheses[name] = translate(model, tokenizer, eval_set.sources, batch_size=args.per_device_eval_batch_size,
-                                     num_beams=args.generation_num_beams, max_new_tokens=args.max_new_tokens,
-                                     max_source_length=args.max_source_length)
-        write_hypotheses(hypotheses_dir, name, hypotheses[name])
-    scores, signatures = score_eval_sets(hypotheses, eval_sets, bleu_tokenize=args.bleu_tokenize)
+    for name, translation in translations.items():
+        write_hypotheses(hypotheses_dir, name, translation.hypotheses)
+    scores = {name: {metric: t.output.metrics[f"{split}_{name}_{metric}"] for metric in ("bleu", "chrf")}
+              for name, t in translations.items()}
+    signatures = trainer.metric_signatures
 
     in_names = [spec.name for spec in in_domain]
     ood_names = [spec.name for spec in ood]
@@ -114,11 +121,12 @@ def _run(args: EvaluateArguments) -> None:
         "corpus_dir": corpus_dir,
         "generation": {
             "num_beams": args.generation_num_beams or generation.num_beams,
-            "max_new_tokens": args.max_new_tokens or generation.max_new_tokens,
-            "max_length": None if args.max_new_tokens else generation.max_length,
+            "max_new_tokens": args.max_new_tokens,
+            "max_length": None if args.max_new_tokens else args.generation_max_length or generation.max_length,
+            "max_source_length": limit,
             "batch_size": args.per_device_eval_batch_size,
         },
-        "sentences": {name: len(eval_set.references) for name, eval_set in eval_sets.items()},
+        "sentences": sizes,
         "scores": {name: scores[name] for name in in_names},
         "mean": _mean(scores, in_names),
         "signatures": signatures,
@@ -132,21 +140,22 @@ def _run(args: EvaluateArguments) -> None:
     print(f"\nBLEU: {signatures['bleu']}\nchrF: {signatures['chrf']}")
 
     if baselines is not None:
-        results["significance"] = _significance(args, eval_sets, hypotheses, baselines)
+        results["significance"] = _significance(args, translations, baselines)
         print("\n" + _significance_table(results["significance"]))
 
+    output = Path(args.output_dir) / RESULTS_FILE
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"\nWrote {output} and hypotheses to {hypotheses_dir}/", file=sys.stderr)
 
 
-def _significance(args: EvaluateArguments, eval_sets: dict[str, EvalSet], hypotheses: dict[str, list[str]],
+def _significance(args: EvaluateArguments, translations: dict[str, CorpusTranslation],
                   baselines: dict[str, list[str]]) -> dict[str, Any]:
     corpora = {}
     signatures: dict[str, str] = {}
-    for name, eval_set in eval_sets.items():
+    for name, translation in translations.items():
         corpora[name], signatures = paired_significance(
-            hypotheses[name], baselines[name], eval_set.references, test=args.significance_test,
+            translation.hypotheses, baselines[name], translation.references, test=args.significance_test,
             n_samples=args.significance_samples, seed=args.seed, bleu_tokenize=args.bleu_tokenize,
         )
         for metric in corpora[name].values():

@@ -117,7 +117,8 @@ class EvaluateArguments:
     max_source_length: int | None = field(
         default=None, metadata={"help": "Truncate sources to this many tokens (default and cap: the model's maximum)."}
     )
-    device: str | None = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)."})
+    use_cpu: bool = field(default=False, metadata={"help": "Translate on the CPU even when a GPU is available (as "
+                                                    "uat-train); under accelerate launch each process takes a share."})
     # scoring and output
     bleu_tokenize: str = field(
         default="13a", metadata={"help": "sacreBLEU tokenizer (13a; 'zh', 'ja-mecab', 'char', ... for CJK targets)."}
@@ -180,7 +181,7 @@ EVALUATE_GROUPS = (
                    "max_eval_examples", "ood_corpora", "ood_corpus_dir")),
     ("model and generation", ("model_name_or_path", "tokenizer_name_or_path", "per_device_eval_batch_size",
                               "generation_num_beams", "generation_max_length", "max_new_tokens", "max_source_length",
-                              "device")),
+                              "use_cpu")),
     ("scoring and output", ("bleu_tokenize", "output_dir", "hypotheses_dir")),
     ("significance against another system", ("compare", "significance_test", "significance_samples", "seed", "alpha")),
 )
