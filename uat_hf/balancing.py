@@ -73,7 +73,7 @@ def attach_balancing(
     )
     callback = CorpusBalancingCallback(
         sampler,
-        reward=balancing_reward(config, trainer.model, trainer.processing_class),
+        reward=balancing_reward(config, trainer.model, trainer.processing_class, trainer.accelerator),
         dev_corpora=dev_corpora,
         train_corpora=train_corpora,
         collate_fn=trainer.data_collator,
@@ -103,19 +103,21 @@ def check_corpora(train_corpora: Mapping[str, Dataset], dev_corpora: Mapping[str
         _check_model_columns(dev_corpora or {}, "Dev")
 
 
-def balancing_reward(config: UATConfig, model: Any, tokenizer: Any) -> BalancingReward | None:
-    """What the strategy of ``config`` measures on ``model``: ``None`` for static strategies."""
+def balancing_reward(config: UATConfig, model: Any, tokenizer: Any, accelerator: Any = None) -> BalancingReward | None:
+    """What the strategy of ``config`` measures on ``model``: ``None`` for static strategies. A model the reward
+    cannot measure (no dropout for MultiUAT, sharded by ``accelerator`` for MultiDDS-S) is refused here."""
     if config.strategy == "multiuat":
         reward = UncertaintyReward(config.measure, config.mc_samples, eos_token_id=_eos_token_id(model, tokenizer),
                                    mode=config.mc_batch_mode)
-        reward.check_model(model)
-        return reward
-    if config.strategy == "multidds-s":
+    elif config.strategy == "multidds-s":
         from .gradient_cosine import GradientCosineReward
 
-        return GradientCosineReward(dropout=config.dds_dropout, label_smoothing=config.label_smoothing_factor,
-                                    per_pair_train_batches=config.dds_per_pair_train_batches)
-    return None
+        reward = GradientCosineReward(dropout=config.dds_dropout, label_smoothing=config.label_smoothing_factor,
+                                      per_pair_train_batches=config.dds_per_pair_train_batches)
+    else:
+        return None
+    reward.check_model(model, accelerator)
+    return reward
 
 
 def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Dataset) -> DataLoader:

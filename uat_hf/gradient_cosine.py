@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .measures import IGNORE_INDEX
-from .rewards import BalancingReward, dropout_active, private_rng, restored_modes, target_logits
+from .rewards import BalancingReward, dropout_active, private_rng, restored_modes, sharding, target_logits
 
 DEV_SHARING = ("auto", "recompute", "broadcast")
 
@@ -116,7 +117,12 @@ class GradientCosineReward(BalancingReward):
     Gradients come from :func:`torch.autograd.grad`, which neither writes ``.grad`` nor fires
     post-accumulate hooks (optimizer-in-backward setups would otherwise step during measurement). Reentrant
     activation checkpointing (``use_reentrant=True``) does not support it; the Transformers default
-    (non-reentrant) does. Models sharded across ranks (FSDP, DeepSpeed ZeRO-3) are not supported.
+    (non-reentrant) does.
+
+    On a peft (LoRA) model the gradients are those of the trainable parameters only, i.e. the adapters: the
+    directions training can actually move. Models sharded across ranks (FSDP, DeepSpeed ZeRO-3) are refused
+    (:meth:`check_model`, before training and again at each update): their parameters hold a shard and get
+    their gradients through reduce-scatter hooks on ``.grad``, which :func:`torch.autograd.grad` bypasses.
     """
 
     needs_train_batches = True
@@ -140,9 +146,21 @@ class GradientCosineReward(BalancingReward):
         #: The callback reads this to pass ``train_batches[i][j]`` (dev i, train j) instead of ``train_batches[j]``.
         self.per_pair_train_batches = bool(per_pair_train_batches)
 
+    def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
+        """Refuse a model sharded across ranks, naming the sharding and what to use instead."""
+        kind = sharding(model, accelerator)
+        if kind is not None:
+            raise ValueError(
+                f"strategy 'multidds-s' (gradient cosine) does not support a model sharded across ranks ({kind}): it "
+                "needs each rank's full gradient, which sharded training never materialises. Train with data "
+                "parallelism (DDP: accelerate launch --multi_gpu, without FSDP/ZeRO-3), or use strategy 'multiuat', "
+                "which runs under FSDP and ZeRO-3."
+            )
+
     # ------------------------------------------------------------------ gradients
     @staticmethod
     def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+        """Parameters that require grad: all of a fully trained model, only the adapters of a LoRA model."""
         return [p for p in model.parameters() if p.requires_grad]
 
     @staticmethod
@@ -201,6 +219,7 @@ class GradientCosineReward(BalancingReward):
                     )
 
     def compute(self, model, dev_batches, train_batches=None, *, process_index=0, num_processes=1, seed=0):
+        self.check_model(model)
         n = len(dev_batches)
         mine = [j for j in range(n) if j % num_processes == process_index]
         self._check_train_batches(train_batches, n, mine)

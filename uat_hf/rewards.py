@@ -7,7 +7,8 @@ same on every rank. On one process the share is the whole.
 The helpers here are the model side both rewards use: the logits at real
 target positions only (:func:`target_logits`), and passes whose dropout masks come from a forked, seeded
 RNG with every module's mode restored afterwards (:func:`dropout_active`), so that measuring never
-perturbs training and a resumed run measures the same. The rewards themselves:
+perturbs training and a resumed run measures the same. They take the model the Trainer trains, which may
+be a peft (LoRA) model or sharded across ranks (:func:`sharding`). The rewards themselves:
 :class:`~uat_hf.uncertainty.UncertaintyReward` (MultiUAT) and
 :class:`~uat_hf.gradient_cosine.GradientCosineReward` (MultiDDS-S).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +31,7 @@ __all__ = [
     "model_device",
     "private_rng",
     "restored_modes",
+    "sharding",
     "target_logits",
 ]
 
@@ -54,6 +57,10 @@ class BalancingReward:
     ) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
+    def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
+        """Refuse, before training starts, a model this reward cannot measure (``accelerator``: the Trainer's,
+        which shows sharding the model will get at ``prepare``). Every model is accepted unless overridden."""
+
     def finalize(self, totals: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict]:
         """Rewards per corpus (and extra fields for the history record) from the rank-summed shares."""
         raise NotImplementedError
@@ -61,6 +68,36 @@ class BalancingReward:
 
 def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
+
+
+def sharding(model: nn.Module, accelerator: Any = None) -> str | None:
+    """``"FSDP"`` or ``"DeepSpeed ZeRO-3"`` when the model's parameters are sharded across ranks, else ``None``.
+
+    Why it matters: a sharded model gathers its parameters in every forward pass, a collective that all ranks
+    must join, so the rewards must run the same number of forwards on every rank and call the model as a
+    whole. Read from the model (FSDP1 wrappers, FSDP2 ``fully_shard`` modules, DTensor parameters, ZeRO-3's
+    ``ds_id`` on parameters) and, when given, from the ``accelerate.Accelerator`` that will wrap it (before
+    ``prepare`` the model itself does not show it yet).
+    """
+    from torch.distributed import fsdp
+
+    sharded_types = tuple(getattr(fsdp, name) for name in ("FullyShardedDataParallel", "FSDPModule")
+                          if hasattr(fsdp, name))
+    if any(isinstance(module, sharded_types) for module in model.modules()):
+        return "FSDP"
+    dtensor = getattr(getattr(torch.distributed, "tensor", None), "DTensor", None)
+    for parameter in model.parameters():
+        if hasattr(parameter, "ds_id"):
+            return "DeepSpeed ZeRO-3"
+        if dtensor is not None and isinstance(parameter, dtensor):
+            return "FSDP"
+    kind = str(getattr(accelerator, "distributed_type", ""))
+    if kind.endswith("FSDP"):
+        return "FSDP"
+    plugin = getattr(getattr(accelerator, "state", None), "deepspeed_plugin", None)
+    if kind.endswith("DEEPSPEED") and getattr(plugin, "zero_stage", None) == 3:
+        return "DeepSpeed ZeRO-3"
+    return None
 
 
 @contextlib.contextmanager
@@ -108,16 +145,21 @@ def target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: tor
     Without ``decoder_input_ids`` in the batch (the collator makes them only for models that have
     ``prepare_decoder_input_ids_from_labels``; M2M100 has not) the model is given the labels and shifts them
     with its own decoder-start convention; the base model alone would not (BART's would shift the source).
+    A peft model is read through its base model, whose layers carry the adapters. A sharded model
+    (:func:`sharding`) is called as a whole: its root gathers the parameters its submodules share, so the
+    output layer then runs at every position.
     """
     if "decoder_input_ids" not in batch:
         inputs = {k: batch[k] for k in MODEL_COLUMNS if k in batch}
         return model(**inputs).logits[mask]
     keys = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
     inputs = {k: batch[k] for k in keys if k in batch}
-    if getattr(model.config, "model_type", None) in _HEAD_ON_HIDDEN_TYPES and hasattr(model, "model"):
-        hidden = model.model(**inputs).last_hidden_state[mask]
-        logits = model.get_output_embeddings()(hidden)
-        bias = getattr(model, "final_logits_bias", None)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: adapters are in its layers
+    head_on_hidden = getattr(base.config, "model_type", None) in _HEAD_ON_HIDDEN_TYPES and hasattr(base, "model")
+    if head_on_hidden and sharding(model) is None:
+        hidden = base.model(**inputs).last_hidden_state[mask]
+        logits = base.get_output_embeddings()(hidden)
+        bias = getattr(base, "final_logits_bias", None)
         return logits + bias[0] if bias is not None else logits
     return model(**inputs).logits[mask]
 

@@ -6,27 +6,41 @@ prefix, with no autograd, computing the output layer only at real target positio
 padding is cut by sorting the dev sentences by length into sub-batches, the K·N passes are split across
 ranks, and the dropout masks come from a forked, seeded RNG so that measuring never perturbs the training
 RNG stream (and a resumed run measures the same).
+
+Every dropout module of the model is sampled, a LoRA adapter's ``lora_dropout`` included (peft keeps it as
+an ``nn.Dropout`` inside the adapted layer). On a model sharded across ranks (FSDP, DeepSpeed ZeRO-3) each
+forward pass is a collective, so every rank must run as many forwards as the busiest one: the ``padded``
+schedule adds discarded forwards after the real ones (see :meth:`UncertaintyReward.forward_plan`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from .measures import IGNORE_INDEX, eos_positions, needs_entropy, needs_eos, position_statistics, sentence_uncertainty
-from .rewards import BalancingReward, dropout_active, model_device, target_logits
+from .rewards import BalancingReward, dropout_active, model_device, sharding, target_logits
 
-__all__ = ["UncertaintyReward", "batch_sentence_uncertainty", "dropout_rates", "mc_dropout"]
+__all__ = ["SCHEDULES", "UncertaintyReward", "batch_sentence_uncertainty", "dropout_rates", "mc_dropout"]
+
+#: How the K·N passes are laid out over ranks (see :class:`UncertaintyReward`).
+SCHEDULES = ("auto", "split", "padded")
 
 
 @contextlib.contextmanager
 def mc_dropout(model: nn.Module, seed: int) -> Iterator[None]:
-    """:func:`dropout_active` without autograd: Monte Carlo dropout passes build no graph."""
-    with dropout_active(model, seed), torch.inference_mode():
+    """:func:`dropout_active` without autograd: Monte Carlo dropout passes build no graph.
+
+    ``inference_mode`` where the model is whole; ``no_grad`` on a sharded one, whose FSDP/ZeRO-3 wrappers
+    gather parameters into buffers that later training passes write in place (inference tensors refuse that).
+    """
+    grad_off = torch.no_grad() if sharding(model) else torch.inference_mode()
+    with dropout_active(model, seed), grad_off:
         yield
 
 
@@ -75,6 +89,14 @@ class UncertaintyReward(BalancingReward):
             row gets its own dropout mask, so this is K independent passes in one), in chunks of at most
             ``replicate_tokens`` padded tokens; ``auto`` replicates on GPU and loops on CPU, where separate
             passes measured faster (30 × 1: 5.1 s vs 1 × 30: 8.2 s, 1000 tokens, 7.7M-parameter Marian).
+        schedule: how the K·N passes (work item n·K + k: pass k of corpus n) are shared among P ranks.
+            ``split``: item i runs on rank i mod P, nothing else; the fastest, but ranks run different numbers
+            of forwards when N·K is not a multiple of P (or corpora have different numbers of sub-batches),
+            which is fine for DDP and hangs a sharded model. ``padded``: the same real passes, then each rank
+            runs discarded forwards (one dev sentence each) until it has run as many forwards as the busiest
+            rank; ranks can compute one another's plan, so this needs no communication. The real passes and
+            their dropout masks are those of ``split``, so the rewards are bit-identical to it. ``auto``
+            (default): ``padded`` when the model is sharded (:func:`~uat_hf.rewards.sharding`), else ``split``.
     """
 
     def __init__(
@@ -85,6 +107,7 @@ class UncertaintyReward(BalancingReward):
         eos_token_id: int | None = None,
         mode: str = "auto",
         replicate_tokens: int = 65536,
+        schedule: str = "auto",
     ) -> None:
         if mc_samples < 1:
             raise ValueError(f"mc_samples (K) must be >= 1, got {mc_samples}.")
@@ -96,14 +119,18 @@ class UncertaintyReward(BalancingReward):
             )
         if mode not in ("auto", "loop", "replicate"):
             raise ValueError(f"mode must be 'auto', 'loop' or 'replicate', got {mode!r}.")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}.")
         self.measure = measure
         self.mc_samples = int(mc_samples)
         self.eos_token_id = eos_token_id
         self.mode = mode
         self.replicate_tokens = int(replicate_tokens)
+        self.schedule = schedule
 
-    def check_model(self, model: nn.Module) -> None:
-        """MC dropout on a model without dropout measures nothing: refuse before training starts."""
+    def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
+        """MC dropout on a model without dropout measures nothing: refuse before training starts. (Sharding is
+        fine: the schedule adapts to it in :meth:`compute`.)"""
         if not dropout_rates(model):
             config = getattr(model, "config", None)
             fields = {k: v for k, v in (config.to_dict().items() if config is not None else ()) if "dropout" in k}
@@ -119,10 +146,31 @@ class UncertaintyReward(BalancingReward):
         mine = items[items % num_processes == process_index]
         return np.bincount(mine // self.mc_samples, minlength=num_corpora)
 
+    def forward_plan(
+        self, dev_batches: Sequence[Sequence[Mapping[str, torch.Tensor]]], process_index: int, num_processes: int,
+        *, replicate: bool, padded: bool,
+    ) -> tuple[np.ndarray, int]:
+        """(passes of each corpus this rank runs, discarded forwards it adds after them).
+
+        Depends only on the dev batches' shapes, which are the same on every rank, so each rank computes every
+        rank's forward count locally; with ``padded`` it adds the difference to the busiest rank's.
+        """
+        def forwards(rank: int) -> int:
+            counts = self.passes_for_rank(len(dev_batches), rank, num_processes)
+            return sum(len(self._chunks(batch, int(passes), replicate))
+                       for batches, passes in zip(dev_batches, counts) if passes for batch in batches)
+
+        counts = self.passes_for_rank(len(dev_batches), process_index, num_processes)
+        if not padded or num_processes == 1:
+            return counts, 0
+        return counts, max(forwards(rank) for rank in range(num_processes)) - forwards(process_index)
+
     def compute(self, model, dev_batches, train_batches=None, *, process_index=0, num_processes=1, seed=0):
         device = model_device(model)
-        counts = self.passes_for_rank(len(dev_batches), process_index, num_processes)
         replicate = self.mode == "replicate" or (self.mode == "auto" and device.type != "cpu")
+        padded = self.schedule == "padded" or (self.schedule == "auto" and sharding(model) is not None)
+        counts, extra = self.forward_plan(dev_batches, process_index, num_processes, replicate=replicate,
+                                          padded=padded)
         share = np.zeros(len(dev_batches), dtype=np.float64)
         with mc_dropout(model, seed):
             for corpus, (batches, passes) in enumerate(zip(dev_batches, counts)):
@@ -134,20 +182,31 @@ class UncertaintyReward(BalancingReward):
                 for batch in batches:
                     per_pass += self._pass_sums(model, batch, int(passes), replicate)
                 share[corpus] = float((per_pass / sentences).sum())
+            if extra:  # after the real passes, so that their dropout masks are those of the split schedule
+                smallest = min((b for batches in dev_batches for b in batches), key=lambda b: b["labels"].numel())
+                dummy = {k: v[:1].to(device) for k, v in smallest.items()}
+                for _ in range(extra):
+                    batch_sentence_uncertainty(model, dummy, self.measure, self.eos_token_id)
         return {"rewards": share}
+
+    def _chunks(self, batch: Mapping[str, torch.Tensor], passes: int, replicate: bool) -> list[int]:
+        """How many passes each forward over ``batch`` runs: one each in a loop, or replicated in chunks."""
+        if not replicate:
+            return [1] * passes
+        rows, width = batch["labels"].shape[0], max(batch["input_ids"].shape[1], batch["labels"].shape[1])
+        per_chunk = max(1, self.replicate_tokens // max(rows * width, 1))
+        return [min(per_chunk, passes - start) for start in range(0, passes, per_chunk)]
 
     def _pass_sums(self, model, batch, passes: int, replicate: bool) -> torch.Tensor:
         """Sum of sentence uncertainties of ``batch`` for each of ``passes`` independent dropout passes."""
-        rows, width = batch["labels"].shape[0], max(batch["input_ids"].shape[1], batch["labels"].shape[1])
         if not replicate:
             return torch.stack([
                 batch_sentence_uncertainty(model, batch, self.measure, self.eos_token_id).double().sum()
                 for _ in range(passes)
             ])
-        copies_per_chunk = max(1, self.replicate_tokens // max(rows * width, 1))
+        rows = batch["labels"].shape[0]
         sums = []
-        for start in range(0, passes, copies_per_chunk):
-            copies = min(copies_per_chunk, passes - start)
+        for copies in self._chunks(batch, passes, replicate):
             values = batch_sentence_uncertainty(model, _repeat(batch, copies), self.measure, self.eos_token_id)
             sums.append(values.double().view(copies, rows).sum(dim=1))
         return torch.cat(sums)
