@@ -160,7 +160,7 @@ def test_paper_recipes_carry_the_paper_hyperparameters():
     _, data, _, _ = recipe_to_dataclasses(recipe)
     assert [s["name"] for s in data.corpus_specs] == ["wmt14", "tanzil", "emea", "kde4"]
     assert [s["name"] for s in data.eval_corpus_specs] == ["qed", "ted"]
-    assert data.corpus_specs[0]["path"] == "wmt/wmt14" and data.corpus_specs[0]["hub_config"] == "de-en"
+    assert data.corpus_specs[0]["path"] == "wmt/wmt14" and data.corpus_specs[0]["revision"] == "refs/convert/parquet"
 
 
 # The prior each strategy means in the paper (τ of q_τ ∝ size^(1/τ)); the dynamic ones start from proportional.

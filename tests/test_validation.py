@@ -188,6 +188,23 @@ def offline_hub_dataset(env: Env):
     return load(env, CorpusSpec("news", "en", "de", path="uat-hf-tests/no-such-dataset"), tags=None)
 
 
+def unaligned_moses(env: Env):
+    (env.tmp / "KDE4.de-en.en").write_text("one\ntwo\nthree\n", encoding="utf-8")
+    (env.tmp / "KDE4.de-en.de").write_text("eins\nzwei\n", encoding="utf-8")
+    return load(env, CorpusSpec("kde4", "en", "de", format="moses", train=str(env.tmp / "KDE4.de-en")), tags=None)
+
+
+def ted_talks_without_the_column(env: Env):
+    path = env.tmp / "all_talks_train.tsv"
+    path.write_text("talk_name\ten\tde\nt1\thello\thallo\n", encoding="utf-8")
+    return load(env, CorpusSpec("kor", "ko", "en", format="ted_talks", train=str(path)), tags=None)
+
+
+def carve_larger_than_the_corpus(env: Env):
+    spec = CorpusSpec("legal", "en", "de", train=write_jsonl(env, "legal-carve", [PAIR] * 3), carve_test=3)
+    return load(env, spec, tags=None)
+
+
 def unknown_language_tag(env: Env):
     spec = CorpusSpec("legal", "en", "de", train=write_jsonl(env, "legal-tag", [PAIR]))
     return load(env, spec, tags={"legal": ">>xx<<"})
@@ -359,6 +376,22 @@ CASES: list[Case] = [
          offline_hub_dataset),
     Case("unknown-language-tag", "language tag `>>xx<<` that the tokenizer lacks", "load_corpora",
          "Language tag '>>xx<<' is not a single token of this tokenizer", unknown_language_tag),
+    # --- corpus specs: formats, Hub revisions, carved dev/test sets ---
+    Case("unknown-format", "`format: opus` in a corpus spec", "CorpusSpec",
+         "Corpus 'emea': format 'opus' is not one of ['moses', 'ted_talks']",
+         lambda e: CorpusSpec("emea", "en", "de", format="opus", train="data/EMEA.de-en")),
+    Case("revision-without-path", "`revision: refs/convert/parquet` on a spec of local files", "CorpusSpec",
+         "Corpus 'news': revision 'refs/convert/parquet' needs path",
+         lambda e: CorpusSpec("news", "en", "de", train="news.tsv", revision="refs/convert/parquet")),
+    Case("carve-and-dev", "`carve_dev: 2000` and `dev: news.dev.tsv` in one spec", "CorpusSpec",
+         "Corpus 'news': carve_dev=2000 carves the dev split out of train, but dev is given too ('news.dev.tsv')",
+         lambda e: CorpusSpec("news", "en", "de", train="news.tsv", dev="news.dev.tsv", carve_dev=2000)),
+    Case("carve-too-large", "`carve_test: 3` of a 3-pair corpus", "load_corpora",
+         "Corpus 'legal': carve_test=3 would take 3 of the 3 pairs", carve_larger_than_the_corpus),
+    Case("moses-unaligned", "Moses files `KDE4.de-en.en` (3 lines) and `KDE4.de-en.de` (2 lines)", "load_corpora",
+         "Corpus 'kde4' split 'train': the Moses files are not aligned", unaligned_moses),
+    Case("ted-talks-no-column", "`format: ted_talks`, `source_lang: ko`, a TSV without a `ko` column",
+         "load_corpora", "Corpus 'kor' split 'train': ", ted_talks_without_the_column),
 ]
 
 

@@ -4,9 +4,10 @@ MultiUAT trains one model on N named corpora (languages or domains) and measures
 corpus's own dev set, so everything here is keyed by corpus name and split. The pipeline is:
 
 1. :func:`load_corpus_split` — a :class:`~uat_hf.corpus_specs.CorpusSpec` split (local
-   JSONL/JSON/TSV/CSV/Parquet file, gzip or not, or a Hub dataset / local directory laid out like one) → a
-   Dataset with raw ``source`` and ``target`` string columns. Problems are reported with the corpus, split
-   and field involved.
+   JSONL/JSON/TSV/CSV/Parquet file, gzip or not, OPUS Moses pairs, the TED talks TSV, or a Hub dataset at a
+   revision / local directory laid out like one; dev/test carved out of train when the spec asks) → a Dataset
+   with raw ``source`` and ``target`` string columns. Problems are reported with the corpus, split and field
+   involved.
 2. :func:`~uat_hf.preprocessing.preprocess`, :func:`~uat_hf.preprocessing.add_language_tags` and
    :func:`~uat_hf.preprocessing.tokenize_corpus` — cleaning (train split only), target-language tags,
    tokenization.
@@ -25,9 +26,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import datasets
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from .corpus_files import FILE_BUILDERS, builder_for, csv_kwargs, invalid_utf8_message, may_be_invalid_utf8, text_files
+from .corpus_formats import read_format
 from .corpus_specs import (
     BUNDLED_DIR,
     DEFAULT_HUB_SPLITS,
@@ -74,21 +77,24 @@ _TRANSLATION_FIELD = "translation"
 def load_corpus_split(spec: CorpusSpec, split: str, *, cache_dir: str | None = None) -> datasets.Dataset:
     """Load one split of a corpus as a Dataset with exactly two string columns, ``source`` and ``target``.
 
-    ``spec.max_examples`` keeps the first N rows of the train split only. Raises ``FileNotFoundError`` for a
-    missing file, ``ValueError`` for an absent or empty split, a row without the source/target text or a
-    local file that is not UTF-8 (naming file and line), :class:`~uat_hf.hub_errors.HubUnavailableError`
-    (a ``ValueError`` too) for a Hub dataset that is neither reachable nor cached.
+    ``spec.max_examples`` keeps the first N rows of the train split only (after any carve). Raises
+    ``FileNotFoundError`` for a missing file, ``ValueError`` for an absent or empty split, a row without the
+    source/target text, Moses files of different lengths or a local file that is not UTF-8 (naming file and
+    line), :class:`~uat_hf.hub_errors.HubUnavailableError` (a ``ValueError`` too) for a Hub dataset that is
+    neither reachable nor cached.
     """
     location = spec.split_location(split)
     if location is None:
         raise ValueError(f"Corpus {spec.name!r} has no {split!r} split; set CorpusSpec.{split} to a file path.")
+    limit = spec.max_examples if split == "train" else None
     try:
-        raw = _load_raw(spec, split, location, cache_dir)
-        if split == "train" and spec.max_examples is not None:
-            raw = raw.select(range(min(spec.max_examples, len(raw))))
-        if len(raw) == 0:
+        if spec.carves and (split == "train" or spec.carve_size(split) is not None):
+            pairs = _head(_carve(_read(spec, "train", spec.split_location("train"), cache_dir), spec, split), limit)
+        else:
+            pairs = _read(spec, split, location, cache_dir, limit)
+        if len(pairs) == 0:
             raise ValueError(f"Corpus {spec.name!r} split {split!r} ({location}) is empty.")
-        return _extract_pair(raw, spec, split)
+        return pairs
     except (ValueError, datasets.exceptions.DatasetGenerationError) as error:
         # Text that is not UTF-8 fails in the loader (CSV, JSON arrays) or only when rows are read (JSON lines).
         bad = invalid_utf8_message(text_files(Path(spec.path or location))) if may_be_invalid_utf8(error) else None
@@ -140,6 +146,49 @@ def load_corpora(
 # --- reading helpers ---------------------------------------------------------------------------------------
 
 
+def _read(spec: CorpusSpec, split: str, location: str, cache_dir: str | None, limit: int | None = None
+          ) -> datasets.Dataset:
+    """The ``source``/``target`` pairs at ``location``, only the first ``limit`` when set (cut before the text
+    columns are extracted, so a large corpus is not processed for pairs it would drop)."""
+    if spec.format is not None:
+        return _head(read_format(spec, split, location, cache_dir), limit)
+    return _extract_pair(_head(_load_raw(spec, split, location, cache_dir), limit), spec, split)
+
+
+def _head(dataset: datasets.Dataset, limit: int | None) -> datasets.Dataset:
+    return dataset if limit is None else dataset.select(range(min(limit, len(dataset))))
+
+
+def _carve(pairs: datasets.Dataset, spec: CorpusSpec, split: str) -> datasets.Dataset:
+    """``split`` of a corpus whose dev/test pairs are carved out of its train source ``pairs``.
+
+    One permutation drawn with ``spec.carve_seed`` orders the pairs: test takes the first ``carve_test``, dev the
+    next ``carve_dev`` (so changing ``carve_dev`` keeps the test set), train the rest, less the pairs identical to
+    a carved one (corpora such as KDE4 and EMEA repeat sentences, which would otherwise be tested on after being
+    trained on). Each part keeps the source's order.
+    """
+    test_size, dev_size = spec.carve_test or 0, spec.carve_dev or 0
+    held = test_size + dev_size
+    if held >= len(pairs):
+        asked = " and ".join(f"carve_{part}={size}" for part, size in (("dev", dev_size), ("test", test_size)) if size)
+        raise ValueError(f"Corpus {spec.name!r}: {asked} would take {held} of the {len(pairs)} pairs of its train "
+                         "source, leaving none to train on; carve fewer.")
+    order = np.random.default_rng(spec.carve_seed).permutation(len(pairs))
+    if split != "train":
+        part = order[:test_size] if split == "test" else order[test_size:held]
+        return pairs.select(np.sort(part))
+    carved = pairs.select(np.sort(order[:held]))
+    held_out = set(zip(carved["source"], carved["target"]))
+    train = pairs.select(np.sort(order[held:]))
+    keep, position = [], 0
+    for batch in train.iter(batch_size=10_000):
+        keep += [position + i for i, pair in enumerate(zip(batch["source"], batch["target"])) if pair not in held_out]
+        position += len(batch["source"])
+    logger.info("Corpus %r: carved %d test and %d dev pairs (carve_seed %d); %d training pairs identical to a carved "
+                "one dropped.", spec.name, test_size, dev_size, spec.carve_seed, len(train) - len(keep))
+    return train if len(keep) == len(train) else train.select(keep)
+
+
 def _load_raw(spec: CorpusSpec, split: str, location: str, cache_dir: str | None) -> datasets.Dataset:
     if spec.path is not None:
         return _load_hub(spec, spec.path, location, split, cache_dir)
@@ -167,20 +216,24 @@ def _load_raw(spec: CorpusSpec, split: str, location: str, cache_dir: str | None
 
 
 def _load_hub(spec: CorpusSpec, path: str, hub_split: str, split: str, cache_dir: str | None) -> datasets.Dataset:
+    options = {key: value for key, value in (("revision", spec.revision), ("data_files", spec.data_files))
+               if value is not None}
     try:
-        return datasets.load_dataset(path, spec.hub_config, split=hub_split, cache_dir=cache_dir)
+        return datasets.load_dataset(path, spec.hub_config, split=hub_split, cache_dir=cache_dir, **options)
     except (ConnectionError, FileNotFoundError, ValueError) as error:
         # Offline or no network, and not cached: datasets raises ConnectionError("Couldn't reach ... on the Hub"),
         # huggingface_hub LocalEntryNotFoundError (a FileNotFoundError).
+        revision = f" (revision {spec.revision!r})" if spec.revision else ""
         if not Path(path).exists() and (isinstance(error, ConnectionError) or is_hub_unreachable(error)):
             message = hub_unavailable_message("dataset", path, cache_dir or datasets.config.HF_DATASETS_CACHE)
-            raise HubUnavailableError(f"Corpus {spec.name!r} split {split!r}: {message}") from error
+            raise HubUnavailableError(f"Corpus {spec.name!r} split {split!r}{revision}: {message}") from error
         if isinstance(error, ConnectionError):
             raise
         config = f" (config {spec.hub_config!r})" if spec.hub_config else ""
+        files = f" (data_files {spec.data_files!r})" if spec.data_files is not None else ""
         message = (
-            f"Corpus {spec.name!r} split {split!r}: could not load split {hub_split!r} of dataset {path!r}{config}: "
-            f"{error}"
+            f"Corpus {spec.name!r} split {split!r}: could not load split {hub_split!r} of dataset "
+            f"{path!r}{config}{revision}{files}: {error}"
         )
         raise (FileNotFoundError if isinstance(error, FileNotFoundError) else ValueError)(message) from error
 
