@@ -23,8 +23,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("rewards", {"rewards", "uncertainty", "gradient_cosine"}),
     ("callback", {"callback"}),
     ("trainer", {"uat_config", "balancing", "uat_trainer"}),
-    ("data and recipes", {"corpus_files", "corpus_formats", "corpus_specs", "preprocessing", "corpora",
-                          "tokenization", "presets", "model_card", "recipe", "plotting", "evaluation"}),
+    ("data and recipes", {"corpus_files", "corpus_formats", "corpus_specs", "language_codes", "preprocessing",
+                          "corpora", "tokenization", "presets", "model_card", "recipe", "plotting", "evaluation"}),
     ("command line", {"cli"}),
 ]
 #: Lines a module of one job may have (with some slack over the aim of ~400).

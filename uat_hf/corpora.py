@@ -42,6 +42,7 @@ from .corpus_specs import (
     language_tag,
 )
 from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_id, is_hub_unreachable
+from .language_codes import CODE_SCHEMES, check_language_codes, corpus_language_codes
 from .names import check_unique_names
 from .preprocessing import (
     PreprocessingConfig,
@@ -110,6 +111,7 @@ def load_corpora(
     *,
     splits: Sequence[str] = SPLITS,
     tags: str | Mapping[str, str | None] | None = "auto",
+    language_codes: Mapping[str, str] | None = None,
     max_source_length: int = 256,
     max_target_length: int = 256,
     num_proc: int | None = None,
@@ -118,13 +120,18 @@ def load_corpora(
     """Load, preprocess, tag and tokenize every corpus: ``{split: {corpus_name: Dataset}}``.
 
     ``preprocessing`` defaults to ``PreprocessingConfig()``; ``tags`` as in :func:`corpus_tags` (tags are
-    checked to be single tokens of ``tokenizer`` before any data is read). A split a spec does not define
+    checked to be single tokens of ``tokenizer`` before any data is read). With ``tags`` a language-code scheme
+    (``"nllb"``, ``"m2m100"``, ``"mbart50"``) each corpus is tokenized with its own source and target code
+    (:func:`~uat_hf.language_codes.corpus_language_codes`, ``language_codes`` mapping a language to its code
+    where the table has none), checked against ``tokenizer`` first. A split a spec does not define
     (``None`` for local files) is left out of that split's dict.
     """
     check_unique_names(spec.name for spec in specs)
     preprocessing = preprocessing or PreprocessingConfig()
     tag_of = corpus_tags(specs, tags)
     check_tags_in_vocab(tokenizer, sorted({tag for tag in tag_of.values() if tag}))
+    codes = corpus_language_codes(specs, tags, language_codes) if tags in CODE_SCHEMES else {}
+    check_language_codes(tokenizer, codes)
     result: dict[str, dict[str, datasets.Dataset]] = {}
     for split in splits:
         check_split(split)
@@ -138,7 +145,7 @@ def load_corpora(
             pairs = add_language_tags(pairs, target_tag=tag_of[spec.name])
             result[split][spec.name] = tokenize_corpus(
                 pairs, tokenizer, max_source_length=max_source_length, max_target_length=max_target_length,
-                num_proc=num_proc,
+                num_proc=num_proc, languages=codes.get(spec.name),
             )
     return result
 

@@ -5,7 +5,8 @@
    and BLEU, so they lose nothing but rows with an empty side (which have no meaningful score).
 2. :func:`add_language_tags` — Marian-style ``>>de<<`` prefix on the source side, so a one-to-many
    model knows which language to produce (:func:`corpus_tags` decides the tag of each corpus).
-3. :func:`tokenize_corpus` — ``input_ids``/``attention_mask``/``labels`` plus the reference text.
+3. :func:`tokenize_corpus` — ``input_ids``/``attention_mask``/``labels`` plus the reference text; for NLLB,
+   M2M100 and mBART-50 tokenizers with the corpus's language codes (:mod:`uat_hf.language_codes`).
 
 Every step is a cached ``datasets`` operation on memory-mapped Arrow data. :func:`uat_hf.corpora.load_corpora`
 chains them after reading each split.
@@ -22,6 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .columns import REFERENCE_COLUMN
 from .corpus_specs import CorpusSpec, check_split, language_tag
+from .language_codes import CODE_SCHEMES, CorpusLanguageCodes, tokenizer_languages
 
 __all__ = [
     "FILTER_WARNING_SHARE",
@@ -134,18 +136,21 @@ def corpus_tags(
 ) -> dict[str, str | None]:
     """Target-language tag for each corpus (``None``: untagged).
 
-    ``tags``: ``"auto"`` tags only when the corpora have more than one target language (one-to-many);
-    ``"target"`` always tags with the target language; ``None``/``"none"`` never tags; a mapping gives
-    the tag per corpus name explicitly. Use the values to train the tokenizer with these special tokens.
+    ``tags``: ``"auto"`` (or ``"marian"``) tags only when the corpora have more than one target language
+    (one-to-many); ``"target"`` always tags with the target language; ``None``/``"none"`` never tags; a
+    mapping gives the tag per corpus name explicitly. A language-code scheme (``"nllb"``, ``"m2m100"``,
+    ``"mbart50"``) puts no tag in the text: the tokenizer places the codes. Use the values to train the
+    tokenizer with these special tokens.
     """
-    if tags is None or tags == "none":
+    if tags is None or tags == "none" or tags in CODE_SCHEMES:
         return {spec.name: None for spec in specs}
     if isinstance(tags, Mapping):
         return {spec.name: tags.get(spec.name) for spec in specs}
-    if tags not in ("auto", "target"):
-        raise ValueError(f"tags must be 'auto', 'target', 'none', None or a mapping corpus -> tag; got {tags!r}.")
+    if tags not in ("auto", "marian", "target"):
+        raise ValueError(f"tags must be 'auto', 'marian', 'target', 'none', one of {list(CODE_SCHEMES)}, None or a "
+                         f"mapping corpus -> tag; got {tags!r}.")
     one_to_many = len({spec.target_lang for spec in specs}) > 1
-    if tags == "auto" and not one_to_many:
+    if tags in ("auto", "marian") and not one_to_many:
         return {spec.name: None for spec in specs}
     return {spec.name: language_tag(spec.target_lang) for spec in specs}
 
@@ -157,12 +162,16 @@ def tokenize_corpus(
     max_source_length: int,
     max_target_length: int,
     num_proc: int | None = None,
+    languages: CorpusLanguageCodes | None = None,
 ) -> datasets.Dataset:
     """Tokenize a ``source``/``target`` Dataset for a seq2seq model.
 
     Output columns: ``input_ids``, ``attention_mask``, ``labels`` (target ids, ending with EOS for Marian
     style tokenizers; truncation keeps the EOS) and ``target_text`` (the raw reference, for BLEU). Drop
     ``target_text`` before collating (the Trainer does so itself with ``remove_unused_columns=True``).
+    ``languages``: the corpus's codes for a tokenizer that places them (``src_lang``/``tgt_lang``: NLLB,
+    M2M100, mBART-50), so that the inputs carry the source code and the labels start with the target code;
+    they are arguments of the cached map, so a cached tokenization with other codes is never reused.
     """
     missing = {"source", "target"} - set(dataset.column_names)
     if missing:
@@ -173,7 +182,8 @@ def tokenize_corpus(
         num_proc=num_proc,
         remove_columns=dataset.column_names,
         fn_kwargs={
-            "tokenizer": tokenizer, "max_source_length": max_source_length, "max_target_length": max_target_length
+            "tokenizer": tokenizer, "max_source_length": max_source_length, "max_target_length": max_target_length,
+            "languages": languages,
         },
         desc="tokenize",
     )
@@ -238,10 +248,12 @@ def _prefix_batch(batch: dict, *, prefix: str) -> dict[str, list[str]]:
 
 
 def _tokenize_batch(
-    batch: dict, *, tokenizer: PreTrainedTokenizerBase, max_source_length: int, max_target_length: int
+    batch: dict, *, tokenizer: PreTrainedTokenizerBase, max_source_length: int, max_target_length: int,
+    languages: CorpusLanguageCodes | None,
 ) -> dict[str, list]:
-    inputs = tokenizer(batch["source"], max_length=max_source_length, truncation=True)
-    labels = tokenizer(text_target=batch["target"], max_length=max_target_length, truncation=True)
+    with tokenizer_languages(tokenizer, languages):
+        inputs = tokenizer(batch["source"], max_length=max_source_length, truncation=True)
+        labels = tokenizer(text_target=batch["target"], max_length=max_target_length, truncation=True)
     return {
         "input_ids": inputs["input_ids"],
         "attention_mask": inputs["attention_mask"],

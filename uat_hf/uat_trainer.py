@@ -68,6 +68,11 @@ class UATTrainer(Seq2SeqTrainer):
         eval_corpora: name → tokenized sets to evaluate by generation (default: ``dev_corpora``). A
             ``target_text`` column, when present, gives the references; otherwise the labels are decoded.
         processing_class: the tokenizer (needed to decode translations).
+        corpus_generation_kwargs: name → ``generate`` keyword arguments for that corpus only, e.g.
+            ``{"de": {"forced_bos_token_id": 250004}}``: in a one-to-many run with NLLB / M2M100 / mBART-50
+            every corpus is translated into its own language, which generation is told by forcing that
+            language's code as the first token (:func:`uat_hf.language_codes.generation_kwargs` makes the
+            mapping). :meth:`translate` applies them to every evaluation; a keyword given to the call itself wins.
         Remaining keyword arguments go to ``Seq2SeqTrainer``.
     """
 
@@ -83,6 +88,7 @@ class UATTrainer(Seq2SeqTrainer):
         data_collator: Callable | None = None,
         compute_metrics: Callable[[EvalPrediction], dict] | None = None,
         callbacks: list | None = None,
+        corpus_generation_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> None:
         if "train_dataset" in kwargs or "eval_dataset" in kwargs:
@@ -112,6 +118,7 @@ class UATTrainer(Seq2SeqTrainer):
         if data_collator is None:
             data_collator = DataCollatorForSeq2Seq(processing_class, model=model, label_pad_token_id=IGNORE_INDEX)
         self._references = {name: _references(ds, processing_class, name) for name, ds in self.eval_corpora.items()}
+        self.corpus_generation_kwargs = {name: dict(value) for name, value in (corpus_generation_kwargs or {}).items()}
         self.metric_signatures: dict[str, str] = {}
         super().__init__(
             model=model,
@@ -207,13 +214,14 @@ class UATTrainer(Seq2SeqTrainer):
 
         The one generate → detokenize → sacreBLEU/chrF path of the library: ``evaluate``, ``predict`` and
         ``uat-evaluate`` all come here, so a score means the same wherever it is printed. Generation settings
-        are the Trainer's (``generation_num_beams``, ``generation_max_length``, or ``gen_kwargs`` such as
-        ``max_new_tokens``); metrics are ``<prefix>_<corpus>_bleu`` / ``_chrf``. The sacreBLEU signatures go to
+        are the Trainer's (``generation_num_beams``, ``generation_max_length``), then the corpus's own
+        ``corpus_generation_kwargs`` (its target-language code), then ``gen_kwargs`` such as ``max_new_tokens``
+        (for every corpus); metrics are ``<prefix>_<corpus>_bleu`` / ``_chrf``. The sacreBLEU signatures go to
         ``metric_signatures`` and ``output_dir/metric_signatures.json``.
         """
         translations = {
             name: self._translate_dataset(dataset, self._references_of(name, dataset), f"{metric_key_prefix}_{name}",
-                                          ignore_keys, gen_kwargs)
+                                          ignore_keys, {**self.corpus_generation_kwargs.get(name, {}), **gen_kwargs})
             for name, dataset in self._named_corpora(corpora).items()
         }
         if self.args.should_save and self.metric_signatures:
