@@ -10,8 +10,8 @@ import pytest
 
 #: Concepts uat-evaluate shares with uat-train: the same flag, the same value type.
 SHARED_WITH_TRAIN = (
-    "corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "eval_split",
-    "max_eval_examples", "max_source_length", "generation_num_beams", "generation_max_length",
+    "corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "language_codes",
+    "eval_split", "max_eval_examples", "max_source_length", "generation_num_beams", "generation_max_length",
     "per_device_eval_batch_size", "bleu_tokenize", "model_name_or_path", "tokenizer_name_or_path", "output_dir",
     "seed", "use_cpu",
 )
@@ -79,7 +79,8 @@ def test_one_command_line_means_the_same_to_uat_train_and_uat_evaluate(tmp_path)
     model.mkdir()
     argv = [
         "--corpus_dir", str(tmp_path), "--corpora", "bible", "software", "--direction", "multi-domain",
-        "--source_lang", "en", "--target_lang", "de", "--language_tags", "none", "--eval_split", "dev",
+        "--source_lang", "en", "--target_lang", "de", "--language_tags", "nllb",
+        "--language_codes", '{"de": "gsw_Latn"}', "--eval_split", "dev",
         "--max_eval_examples", "5", "--max_source_length", "64", "--generation_num_beams", "2",
         "--generation_max_length", "20", "--per_device_eval_batch_size", "4", "--bleu_tokenize", "char",
         "--model_name_or_path", str(model), "--tokenizer_name_or_path", str(model),
@@ -88,7 +89,8 @@ def test_one_command_line_means_the_same_to_uat_train_and_uat_evaluate(tmp_path)
     evaluate = parse_evaluate(argv)
     expected = {
         "corpus_dir": str(tmp_path), "corpora": ["bible", "software"], "direction": "multi-domain",
-        "source_lang": "en", "target_lang": "de", "language_tags": "none", "eval_split": "dev",
+        "source_lang": "en", "target_lang": "de", "language_tags": "nllb", "language_codes": {"de": "gsw_Latn"},
+        "eval_split": "dev",
         "max_eval_examples": 5, "max_source_length": 64, "generation_num_beams": 2, "generation_max_length": 20,
         "per_device_eval_batch_size": 4, "bleu_tokenize": "char", "model_name_or_path": str(model),
         "tokenizer_name_or_path": str(model), "output_dir": str(tmp_path / "out"), "seed": 7, "use_cpu": True,

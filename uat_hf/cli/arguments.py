@@ -20,6 +20,7 @@ from typing import Any
 
 from ..corpus_specs import DIRECTIONS, SPLITS, CorpusSpec, resolve_bundled
 from ..hub_errors import is_hub_id
+from ..language_codes import CODE_SCHEMES
 from ..names import check_unique_names
 from ..presets import MODEL_PRESETS
 
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 EVAL_SPLITS = ("dev", "test")
-LANGUAGE_TAG_MODES = ("auto", "target", "none")
+LANGUAGE_TAG_MODES = ("auto", "marian", "target", *CODE_SCHEMES, "none")
 TOKENIZER_MODELS = ("bpe", "unigram")
 _SPEC_FIELDS = {f.name for f in fields(CorpusSpec)}
 
@@ -82,6 +83,15 @@ def _as_mapping(value: Any, name: str) -> dict | None:
     if value is not None and not isinstance(value, dict):
         raise ValueError(f"{name} must be a mapping of field: value, got {value!r}.")
     return value or None
+
+
+def _language_codes(value: Any, scheme: str) -> dict[str, str] | None:
+    """``language_codes`` as a mapping of language → code, refused unless ``scheme`` uses language codes."""
+    codes = _as_mapping(value, "language_codes")
+    if codes and scheme not in CODE_SCHEMES:
+        raise ValueError(f"language_codes {codes!r} gives codes of a language-code scheme, but language_tags is "
+                         f"{scheme!r}: set language_tags to one of {list(CODE_SCHEMES)}, or drop language_codes.")
+    return {str(language): str(code) for language, code in codes.items()} if codes else None
 
 
 def _check_positive(obj: Any, *names: str) -> None:
@@ -190,10 +200,14 @@ class DataArguments:
     dedupe: bool = field(default=True, metadata={"help": "Drop repeated (source, target) training pairs."})
     language_tags: str = field(
         default="auto",
-        metadata={
-            "help": "Target-language tag (>>de<<) on the source side: 'auto' (only when corpora have several "
-            "target languages, i.e. one-to-many), 'target' (always), 'none'."
-        },
+        metadata={"help": "Marian tag (>>de<<) on the source: 'auto'/'marian' (one-to-many only), 'target' (always); "
+                  "or the language codes of the model's own tokenizer, per corpus (source code on the input, target "
+                  "code first in the labels and forced first at generation): 'nllb', 'm2m100', 'mbart50'; 'none'."},
+    )
+    language_codes: dict | str | None = field(
+        default=None,
+        metadata={"help": "language_tags nllb/m2m100/mbart50: language → code where the table has none, e.g. "
+                  "{sr: srp_Latn} (JSON on the command line); a language spelled as a code needs none."},
     )
     eval_split: str = field(
         default="test",
@@ -238,6 +252,7 @@ class DataArguments:
             raise ValueError(f"eval_split must be one of {list(EVAL_SPLITS)}, got {self.eval_split!r}.")
         if self.language_tags not in LANGUAGE_TAG_MODES:
             raise ValueError(f"language_tags must be one of {list(LANGUAGE_TAG_MODES)}, got {self.language_tags!r}.")
+        self.language_codes = _language_codes(self.language_codes, self.language_tags)
         _check_positive(
             self, "max_train_examples", "max_eval_examples", "max_source_length", "max_target_length",
             "max_source_words", "max_target_words", "preprocessing_num_workers",

@@ -43,6 +43,7 @@ from ..metrics import format_table, macro_average
 from ..uat_config import UATConfig
 from ..uat_trainer import CorpusTranslation, UATTrainer
 from .tool_arguments import EVALUATE_RECIPE_FIELDS, EvaluateArguments, make_evaluate_parser, parse_tool_arguments
+from .train_data import check_tokenizer_codes, language_codes_for
 
 logger = logging.getLogger(__name__)
 
@@ -83,11 +84,13 @@ def _run(args: EvaluateArguments) -> None:
     language = {"source_lang": args.source_lang, "target_lang": args.target_lang, "direction": args.direction}
     in_domain = eval_set_specs(corpus_dir, split, corpora=args.corpora, **language)
     ood = eval_set_specs(ood_dir, split, corpora=args.ood_corpora, **language) if args.ood_corpora else []
+    codes = language_codes_for(in_domain + ood, args)
     model, tokenizer = load_translation_model(args.model_name_or_path, args.tokenizer_name_or_path)
-    # Read and tokenize the test sets exactly as uat-train reads its evaluation corpora (tags included).
+    corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, args)  # forced_bos_token_id per corpus
+    # Read and tokenize the test sets exactly as uat-train reads its evaluation corpora (tags or codes included).
     limit = source_length_limit(model, tokenizer, args.max_source_length)
     corpora = load_corpora(in_domain + ood, tokenizer, splits=(split,), tags=args.language_tags,
-                           max_source_length=limit, max_target_length=limit)[split]
+                           language_codes=args.language_codes, max_source_length=limit, max_target_length=limit)[split]
     if args.max_eval_examples is not None:
         corpora = {name: ds.select(range(min(args.max_eval_examples, len(ds)))) for name, ds in corpora.items()}
     sizes = {name: len(dataset) for name, dataset in corpora.items()}
@@ -99,7 +102,7 @@ def _run(args: EvaluateArguments) -> None:
         output_dir=args.output_dir, per_device_eval_batch_size=args.per_device_eval_batch_size,
         generation_num_beams=args.generation_num_beams, generation_max_length=args.generation_max_length,
         bleu_tokenize=args.bleu_tokenize, use_cpu=args.use_cpu, seed=args.seed, report_to="none", disable_tqdm=True,
-    ), eval_corpora=corpora, processing_class=tokenizer)
+    ), eval_corpora=corpora, processing_class=tokenizer, corpus_generation_kwargs=corpus_generation_kwargs)
     logger.info("Translating %s", ", ".join(f"{name} ({size} sentences)" for name, size in sizes.items()))
     gen_kwargs = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
     translations = trainer.translate(metric_key_prefix=split, **gen_kwargs)

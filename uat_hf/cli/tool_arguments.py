@@ -23,7 +23,7 @@ from typing import Any
 
 from ..corpus_specs import DIRECTIONS, resolve_bundled
 from ..evaluation import SIGNIFICANCE_TESTS
-from .arguments import EVAL_SPLITS, LANGUAGE_TAG_MODES, _check_positive
+from .arguments import EVAL_SPLITS, LANGUAGE_TAG_MODES, _check_positive, _language_codes
 from .parsing import CONFIG_FLAG, GroupedArgumentParser
 
 __all__ = [
@@ -41,8 +41,8 @@ logger = logging.getLogger(__name__)
 #: (what training started from), output_dir, seed and training fields describe the training run, and its
 #: max_eval_examples a shortcut for speed: uat-evaluate scores whole test sets unless told otherwise.
 EVALUATE_RECIPE_FIELDS = (
-    "corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "eval_split",
-    "max_source_length", "generation_num_beams", "generation_max_length", "per_device_eval_batch_size",
+    "corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "language_codes",
+    "eval_split", "max_source_length", "generation_num_beams", "generation_max_length", "per_device_eval_batch_size",
     "bleu_tokenize",
 )
 _POSITIONAL = "positional"
@@ -79,7 +79,12 @@ class EvaluateArguments:
     target_lang: str | None = field(default=None, metadata={"help": "Target language (multi-domain, many-to-one)."})
     language_tags: str = field(
         default="auto",
-        metadata={"help": "Target-language tags on the source side, as in training.", "choices": LANGUAGE_TAG_MODES},
+        metadata={"help": "Marian target tags on the source side, or the model's language-code scheme (nllb, m2m100, "
+                  "mbart50: each corpus generated with its own target code), as in training.",
+                  "choices": LANGUAGE_TAG_MODES},
+    )
+    language_codes: dict | str | None = field(
+        default=None, metadata={"help": "language → code where uat-hf's table has none, as in uat-train (JSON)."}
     )
     eval_split: str = field(default="test", metadata={"help": "Which split to translate.", "choices": EVAL_SPLITS})
     max_eval_examples: int | None = field(
@@ -167,6 +172,7 @@ class EvaluateArguments:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {sorted(allowed)}, got {getattr(self, name)!r}.")
+        self.language_codes = _language_codes(self.language_codes, self.language_tags)
         _check_positive(self, "max_eval_examples", "per_device_eval_batch_size", "generation_num_beams",
                         "generation_max_length", "max_new_tokens", "max_source_length", "seed")
         if self.significance_samples < 0:
@@ -177,8 +183,8 @@ class EvaluateArguments:
 
 
 EVALUATE_GROUPS = (
-    ("test sets", ("corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "eval_split",
-                   "max_eval_examples", "ood_corpora", "ood_corpus_dir")),
+    ("test sets", ("corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags",
+                   "language_codes", "eval_split", "max_eval_examples", "ood_corpora", "ood_corpus_dir")),
     ("model and generation", ("model_name_or_path", "tokenizer_name_or_path", "per_device_eval_batch_size",
                               "generation_num_beams", "generation_max_length", "max_new_tokens", "max_source_length",
                               "use_cpu")),

@@ -50,6 +50,8 @@ from .train_data import (
     check_before_training,
     check_lengths,
     check_model_lengths,
+    check_tokenizer_codes,
+    language_codes_for,
     load_data,
     say,
     tags_for,
@@ -164,6 +166,7 @@ def prepare(
         )
         check_lengths(limit, data_args)
     specs, eval_specs = build_specs(data_args)
+    codes = language_codes_for(specs + eval_specs, data_args, model_args)
     tag_of, eval_tag_of = tags_for(specs, eval_specs, data_args.language_tags)
     tags = sorted({t for t in list(tag_of.values()) + list(eval_tag_of.values()) if t})
     say(
@@ -172,10 +175,13 @@ def prepare(
     )
 
     tokenizer = build_tokenizer(model_args, specs, tags, data_args)
+    corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)
     output_dir.mkdir(parents=True, exist_ok=True)
     if training_args.should_save:
         tokenizer.save_pretrained(output_dir)
-    say(f"tokenizer: {len(tokenizer)} tokens" + (f", language tags {tags}" if tags else ""))
+    say(f"tokenizer: {len(tokenizer)} tokens" + (f", language tags {tags}" if tags else "")
+        + (f", {data_args.language_tags} codes " + ", ".join(f"{n} {c.source}→{c.target}" for n, c in codes.items())
+           if codes else ""))
 
     train, dev, eval_corpora, ood = load_data(data_args, specs, eval_specs, tokenizer, tag_of, eval_tag_of)
     check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora)
@@ -204,7 +210,7 @@ def prepare(
         callbacks.append(TimeBudgetCallback(run_args.max_train_minutes * 60))
     trainer = UATTrainer(
         model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=dev, processing_class=tokenizer,
-        callbacks=callbacks,
+        callbacks=callbacks, corpus_generation_kwargs=corpus_generation_kwargs,
     )
     return trainer, eval_corpora, ood
 

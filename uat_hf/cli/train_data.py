@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..corpus_specs import CorpusSpec, corpus_specs_from_directory, language_tag, resolve_bundled
+from ..language_codes import CODE_SCHEMES, CorpusLanguageCodes, corpus_language_codes
 from ..preprocessing import PreprocessingConfig, corpus_tags
 from .arguments import DataArguments, ModelArguments
 
@@ -20,7 +21,9 @@ __all__ = [
     "check_before_training",
     "check_lengths",
     "check_model_lengths",
+    "check_tokenizer_codes",
     "keep_fraction",
+    "language_codes_for",
     "load_data",
     "say",
     "tags_for",
@@ -86,6 +89,51 @@ def tags_for(specs: list[CorpusSpec], eval_specs: list[CorpusSpec], mode: str) -
     return tag_of, eval_tag_of
 
 
+def language_codes_for(specs: list[CorpusSpec], data_args, model_args: ModelArguments | None = None
+                       ) -> dict[str, CorpusLanguageCodes]:
+    """Each corpus's language codes under a language-code scheme (``{}`` for Marian tags), resolved before any
+    tokenizer or data is loaded, so that a language without a code stops the run at once. ``data_args``: any
+    arguments with ``language_tags`` and ``language_codes`` (``uat-train``'s and ``uat-evaluate``'s)."""
+    scheme = data_args.language_tags
+    if scheme not in CODE_SCHEMES:
+        return {}
+    if model_args is not None and model_args.is_preset and model_args.tokenizer_name_or_path is None:
+        raise InputError(
+            f"language_tags {scheme!r} uses the language-code tokens of a pretrained {scheme} tokenizer, but "
+            f"model_name_or_path {model_args.model_name_or_path!r} is a preset that trains a tokenizer of its own: "
+            "fine-tune a pretrained model (model_name_or_path: its directory or Hub id), give tokenizer_name_or_path, "
+            "or use language_tags: marian."
+        )
+    try:
+        return corpus_language_codes(specs, scheme, data_args.language_codes)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+
+
+def check_tokenizer_codes(tokenizer, codes: dict[str, CorpusLanguageCodes], data_args) -> dict:
+    """Per-corpus generation kwargs (``forced_bos_token_id``) after checking ``codes`` against ``tokenizer``.
+
+    A tokenizer that places language codes itself (NLLB, M2M100, mBART-50) is refused under a Marian setting:
+    it would tokenize every corpus with its default codes (the labels of a German corpus starting with
+    ``eng_Latn``) and learn the wrong language silently.
+    """
+    from ..language_codes import check_language_codes, generation_kwargs, places_language_codes
+
+    scheme = data_args.language_tags
+    if scheme not in CODE_SCHEMES:
+        if places_language_codes(tokenizer):
+            raise InputError(
+                f"The tokenizer ({type(tokenizer).__name__}) places language codes itself (src_lang/tgt_lang), but "
+                f"language_tags is {scheme!r}: set language_tags to the model's scheme, one of {list(CODE_SCHEMES)}."
+            )
+        return {}
+    try:
+        check_language_codes(tokenizer, codes)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    return generation_kwargs(tokenizer, codes)
+
+
 def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: list[str], data_args: DataArguments):
     from ..corpora import load_corpus_split
     from ..tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
@@ -138,14 +186,18 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
         num_proc=data_args.preprocessing_num_workers,
         cache_dir=data_args.dataset_cache_dir,
     )
-    data = load_corpora(specs, tokenizer, preprocessing, splits=data_args.split_names(), tags=tag_of, **common)
+    codes = data_args.language_tags in CODE_SCHEMES
+    common.update(language_codes=data_args.language_codes)
+    data = load_corpora(specs, tokenizer, preprocessing, splits=data_args.split_names(),
+                        tags=data_args.language_tags if codes else tag_of, **common)
     if data_args.train_fraction is not None:
         data["train"] = keep_fraction(data["train"], data_args.train_fraction)
     split = data_args.eval_split
     eval_corpora = dict(data.get(split, {}))  # the final evaluation; in-training evaluation uses dev
     ood = {}
     if eval_specs:
-        ood = load_corpora(eval_specs, tokenizer, preprocessing, splits=(split,), tags=eval_tag_of, **common)[split]
+        ood = load_corpora(eval_specs, tokenizer, preprocessing, splits=(split,),
+                           tags=data_args.language_tags if codes else eval_tag_of, **common)[split]
         eval_corpora.update(ood)
     if data_args.max_eval_examples is not None:
         limit = data_args.max_eval_examples
