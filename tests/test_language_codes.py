@@ -256,3 +256,27 @@ def test_mbart50_codes_in_inputs_labels_and_per_corpus_generation(tmp_path):
     trainer.train()
     firsts = {name: set(t.output.predictions[:, 1].tolist()) for name, t in trainer.translate().items()}
     assert firsts == {name: {code_id(tokenizer, code)} for name, code in expected.items()}
+
+
+@pytest.mark.distributed
+def test_m2m100_one_to_many_multiuat_on_two_processes(m2m100_tokenizer, tmp_path):
+    """2 ranks (accelerate launch, gloo): every rank trains, measures and generates with each corpus's codes."""
+    from test_distributed import launch
+
+    m2m100_tokenizer.save_pretrained(tmp_path / "tokenizer")
+    launch(HERE / "distributed" / "m2m100_o2m_run.py", tmp_path)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    source_id = code_id(m2m100_tokenizer, "__en__")
+    target_ids = {name: code_id(m2m100_tokenizer, f"__{name}__") for name in TARGETS}
+    assert [r["world"] for r in ranks] == [2, 2]
+    assert ranks[0]["p"] == ranks[1]["p"]
+    for record in ranks:
+        assert len(record["train"]) == 4
+        for sources, targets in record["train"]:
+            assert set(sources) == {source_id} and len(set(targets)) == 1 and targets[0] in target_ids.values()
+        assert record["dev"]  # MultiUAT updated (every 2 steps)
+        for update in record["dev"]:
+            for name, batches in update.items():
+                for sources, targets in batches:
+                    assert set(sources) == {source_id} and set(targets) == {target_ids[name]}
+        assert record["generated"] == {name: [target_ids[name]] * 3 for name in TARGETS}
