@@ -89,7 +89,7 @@ def _flags(fields: dict) -> list[str]:
 
 def test_uat_train_rerun_after_training_finished_evaluates_the_last_checkpoint(tmp_path, capsys):
     import torch
-    from safetensors.torch import load_file
+    from transformers import AutoModelForSeq2SeqLM
 
     out = tmp_path / "run"
     recipe = tmp_path / "recipe.yaml"
@@ -113,8 +113,9 @@ def test_uat_train_rerun_after_training_finished_evaluates_the_last_checkpoint(t
     assert "checkpoint-3 is already at max_steps=3: training is done, evaluating its model" in second
     again = json.loads((out / "eval_results.json").read_text())
     assert _scores(again) == _scores(scores) and "eval_bible_loss" in scores  # the loss tells the weights apart
-    final, checkpoint = load_file(out / "model.safetensors"), load_file(out / "checkpoint-3" / "model.safetensors")
-    assert all(torch.equal(final[key], checkpoint[key]) for key in checkpoint)
+    final = AutoModelForSeq2SeqLM.from_pretrained(out).state_dict()
+    checkpoint = AutoModelForSeq2SeqLM.from_pretrained(out / "checkpoint-3").state_dict()
+    assert all(torch.equal(final[key], checkpoint[key]) for key in checkpoint)  # the model saved is the trained one
     # The log history as the checkpoint saved it: every training entry, but not the run's summary (train_loss),
     # which the Trainer logs after its last save and writes to train_results.json.
     assert "train_loss" in log_history[-1]
@@ -125,3 +126,162 @@ def test_uat_train_rerun_after_training_finished_evaluates_the_last_checkpoint(t
 def _scores(metrics: dict) -> dict:
     """The metrics that do not depend on timing."""
     return {k: v for k, v in metrics.items() if not k.endswith(("runtime", "per_second", "preparation_time"))}
+
+
+# ----------------------------------------------------------------------------------- the driver and the report
+
+def _benchmark(name: str):
+    """A script of benchmarks/ (not a package) as a module."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+study_driver, study_report = _benchmark("study"), _benchmark("study_report")
+study_recipes = _benchmark("study_recipes")
+GRID = ("proportional", "uniform", "multiuat-entsent")  # two static priors and a dynamic strategy
+
+
+def _study(tmp_path, runner=None, grid=GRID):
+    recipes = tmp_path / "recipes"
+    recipes.mkdir(exist_ok=True)
+    for strategy in grid:
+        (recipes / f"tiny-A-{strategy}.yaml").write_text(yaml.safe_dump({**TINY, "strategy": strategy}))
+    kwargs = {"runner": runner} if runner else {}
+    return study_driver.Study(recipes, tmp_path / "runs", tmp_path / "archive", **kwargs)
+
+
+class FakeTools:
+    """Stands in for uat-train and uat-evaluate: writes the files they write, with made-up scores (uniform
+    best among the static priors), and records every command."""
+
+    BLEU = {"proportional": 5.0, "uniform": 6.0, "multiuat-entsent": 7.0}
+
+    def __init__(self):
+        self.commands: list[list[str]] = []
+
+    def __call__(self, command: list[str], log) -> int:
+        from pathlib import Path
+
+        self.commands.append(command)
+        out = Path(command[command.index("--output_dir") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        seed = int(command[command.index("--seed") + 1])
+        strategy = (out.parent.name if command[0] == "uat-train" else out.parent.parent.name).split("-", 2)[2]
+        bleu = self.BLEU[strategy] + seed / 10
+        if command[0] == "uat-train":
+            (out / "eval_results.json").write_text(json.dumps({"eval_mean_bleu": bleu}))
+            (out / "recipe.yaml").write_text(yaml.safe_dump({"strategy": strategy, "max_steps": 3}))
+            return 0
+        (out / "hypotheses").mkdir()
+        (out / "hypotheses" / "bible.txt").write_text(f"{strategy} {seed}\n")
+        results = {"scores": {"bible": {"bleu": bleu, "chrf": 2 * bleu}}, "mean": {"bleu": bleu, "chrf": 2 * bleu}}
+        if "--compare" in command:
+            base = 6.0 + seed / 10
+            results["significance"] = {"test": "bs", "alpha": 0.05, "corpora": {"bible": {"bleu": {
+                "system": bleu, "baseline": base, "p_value": 0.01, "significant": True}}}}
+        (out / "results.json").write_text(json.dumps(results))
+        return 0
+
+
+def test_driver_trains_all_then_scores_against_the_best_static_prior_of_the_same_seed(tmp_path):
+    tools = FakeTools()
+    study = _study(tmp_path, tools)
+    runs = study_driver.select(study.cells(), seeds=(1, 2))
+    assert study.run_all(runs) == []
+    trains = [c for c in tools.commands if c[0] == "uat-train"]
+    scores = [c for c in tools.commands if c[0] == "uat-evaluate"]
+    assert tools.commands[: len(trains)] == trains and len(trains) == len(scores) == 6  # every run trains first
+    for command in trains:
+        assert command[-2:] == ["--torch_num_threads", "1"]  # no checkpoint: a fresh start
+    # uniform (6.x) beats proportional (5.x): its runs are scored alone, first; the others against the same seed
+    assert all("--compare" not in c for c in scores[:2]) and {c[1] for c in scores[:2]} == {
+        str(tmp_path / "runs" / "tiny-A-uniform" / f"seed{seed}") for seed in (1, 2)}
+    for command in scores[2:]:
+        seed = command[command.index("--seed") + 1]
+        assert command[command.index("--compare") + 1] == str(
+            tmp_path / "runs" / "tiny-A-uniform" / f"seed{seed}" / "score" / "hypotheses")
+    packed = tmp_path / "archive" / "tiny-A-multiuat-entsent" / "seed2"
+    marker = json.loads((packed / "run.json").read_text())
+    assert marker["baseline"] == "uniform" and marker["rerun"].endswith("--cells tiny-A-multiuat-entsent --seeds 2 "
+                                                                        "--redo")
+    assert (packed / "hypotheses" / "bible.txt.gz").is_file() and (packed / "recipe.yaml").is_file()
+
+    tools.commands.clear()
+    assert study.run_all(runs) == [] and tools.commands == []  # finished runs are skipped
+
+
+def test_driver_resumes_from_a_checkpoint_and_only_scores_a_trained_run(tmp_path):
+    tools = FakeTools()
+    study = _study(tmp_path, tools)
+    interrupted, trained = study_driver.Run("tiny-A-uniform", 1), study_driver.Run("tiny-A-proportional", 1)
+    checkpoint = study.run_dir(interrupted) / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    (checkpoint / "uat_balancing_state.json").write_text("{}")
+    assert study.train_command(interrupted)[-2:] == ["--resume_from_checkpoint", "latest"]
+    tools(study.train_command(trained), None)  # trained earlier; its scoring was cut short
+    tools.commands.clear()
+
+    assert study.run_all(study_driver.select(study.cells(), seeds=(1,))) == []
+    trained_now = [c[c.index("--output_dir") + 1] for c in tools.commands if c[0] == "uat-train"]
+    assert str(study.run_dir(trained)) not in trained_now and str(study.run_dir(interrupted)) in trained_now
+    assert not checkpoint.exists()  # deleted once training is done
+    assert study.finished(trained)
+
+
+def test_report_states_numbers_and_keeps_the_human_finding(tmp_path):
+    study = _study(tmp_path, FakeTools())
+    assert study.run_all(study_driver.select(study.cells(), seeds=(1, 2, 3))) == []
+    page = tmp_path / "results.md"
+    text = study_report.write_report(tmp_path / "archive", page, tmp_path / "figures")
+    assert study_report.PLACEHOLDER in text and "9 runs" in text
+    # multiuat-entsent: 7.1, 7.2, 7.3 → 7.20 ± 0.10; proportional 5.20 ± 0.10; BLEU of bible = the mean here
+    assert "| multiuat-entsent | 3 | 7.20 ± 0.10 | 7.20 ± 0.10 |" in text
+    assert "Best static prior (mean BLEU over seeds): uniform" in text
+    assert "| multiuat-entsent | 2 | uniform | +1.00 | +1.00 (0.010*) |" in text
+    # paired differences are exactly 1.0 every seed: sd 0, so the smallest detectable difference is 0
+    assert "| multiuat-entsent | 3 | 0.10 | +1.00 | 0.00 | 0.00 |" in text
+
+    written = text.replace(study_report.PLACEHOLDER, "Uniform wins.", 1).replace("**Finding:** Uniform", "Uniform")
+    page.write_text(written)
+    again = study_report.write_report(tmp_path / "archive", page, tmp_path / "figures")
+    assert "Uniform wins." in again and study_report.PLACEHOLDER not in again
+
+
+def test_smallest_detectable_difference_is_the_paired_t_threshold():
+    assert study_report.detectable(1.0, 3) == pytest.approx(4.303 / math.sqrt(3))
+
+
+def test_driver_and_report_on_real_three_step_runs(tmp_path):
+    """The real uat-train and uat-evaluate, as the driver calls them (4 processes, about half a minute)."""
+    study = _study(tmp_path, grid=("proportional", "multiuat-entsent"))
+    assert study.run_all(study_driver.select(study.cells(), seeds=(1,))) == []
+    packed = tmp_path / "archive" / "tiny-A-multiuat-entsent" / "seed1"
+    results = json.loads((packed / "results.json").read_text())
+    assert set(results["scores"]) == {"bible", "dictionary"} and "significance" in results
+    assert (packed / "balancing_history.jsonl").is_file() and (packed / "hypotheses" / "bible.txt.gz").is_file()
+    text = study_report.write_report(tmp_path / "archive", tmp_path / "results.md", tmp_path / "figures")
+    assert (tmp_path / "figures" / "tiny-A-multiuat-entsent_p.png").is_file()
+    assert "(figures/tiny-A-multiuat-entsent_p.png)" in text
+
+
+def test_study_recipes_are_current_and_parse():
+    from pathlib import Path
+
+    folder = Path(study_recipes.RECIPES)
+    on_disk = {path.name: path.read_text() for path in folder.glob("*.yaml")}
+    assert on_disk == study_recipes.all_recipes(), "run python benchmarks/study_recipes.py"
+    assert len(on_disk) == 21
+    for setup, regime in study_recipes.REGIMES:
+        assert 0.9 <= study_recipes.drift(setup, regime)["ratio"] <= 1.1  # DESIGN.md: travel ~ log-size spread
+        assert study_recipes.drift(setup, regime)["updates"] >= 10
+    training, data, *_ = cli.parse_arguments(["--config", str(folder / "multidomain-B-multiuat-exptp.yaml")])
+    assert (training.strategy, training.measure, data.train_fraction) == ("multiuat", "exptp", 0.25)

@@ -1,0 +1,157 @@
+"""Writes ``recipes/study/<setup>-<regime>-<strategy>.yaml``, one recipe per cell of the study (issue 19).
+
+    python benchmarks/study_recipes.py            # rewrite recipes/study/ (tests/test_study.py checks it is current)
+
+The recipes are generated so that the cells of one setup and regime differ only where the strategy needs it:
+one table of shared settings per setup and regime, plus the balancing fields of the dynamic strategies.
+Each dynamic recipe states its scorer drift ratio in a comment (DESIGN.md, "What small-scale runs have shown
+so far"): ψ can travel at most ``updates × scorer_steps × scorer_lr`` over a run (Adam moves each logit by
+about ``scorer_lr`` per step), which should be comparable to the log-size spread ``ln(largest/smallest)`` of
+the corpora, so that p drifts from the prior over the whole run instead of jumping in one update. Updates
+are counted before the last step (an update at the last step changes no batch).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes" / "study"
+STRATEGIES = ("proportional", "temperature", "uniform", "multidds-s",
+              "multiuat-enteos", "multiuat-exptp", "multiuat-entsent")
+SCORER_STEPS = 200  # UATConfig's default, the released code's 200 Adam steps per update
+
+# Training pairs after cleaning, largest and smallest corpus (uat-train's "data:" line; the multilingual counts
+# are ../shared/corpora/README.md's, which that setup does not filter).
+SIZES = {"multidomain": (17337, 4527), "multilingual": (137104, 1616)}
+
+DEMO_DATA = {  # recipes/demo.yaml
+    "corpus_dir": "bundled:multidomain-en-de", "direction": "multi-domain", "source_lang": "en",
+    "target_lang": "de", "max_source_length": 64, "max_target_length": 64,
+}
+DEMO_MODEL = {
+    "model_name_or_path": "small",
+    "model_overrides": {"d_model": 192, "encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": 768,
+                        "decoder_ffn_dim": 768},
+    "vocab_size": 3000, "generation_overrides": {"no_repeat_ngram_size": 3, "repetition_penalty": 1.2},
+}
+DEMO_OPTIMISATION = {
+    "mix_corpora": True, "max_tokens": 1000, "learning_rate": 2.0e-3, "warmup_steps": 265,
+    "lr_scheduler_type": "linear", "adam_beta1": 0.9, "adam_beta2": 0.98, "weight_decay": 0.0,
+    "label_smoothing_factor": 0.0,
+}
+DEMO_OUTPUT = {
+    "generation_num_beams": 4, "generation_max_length": 64, "per_device_eval_batch_size": 100, "logging_steps": 50,
+    "save_total_limit": 1, "use_cpu": True, "report_to": "none", "disable_tqdm": True,
+}
+MULTILINGUAL_DATA = {
+    "corpus_dir": "../shared/corpora/multilingual-ddtp", "direction": "many-to-one", "target_lang": "en",
+    "corpora": ["it", "fr", "de", "ja", "ko", "ru", "cs", "zh_CN"],
+    # The length-ratio filter counts whitespace words: Japanese and Chinese sources have almost none.
+    "max_length_ratio": None, "max_source_length": 96, "max_target_length": 96,
+}
+
+
+def _evaluate_on_dev(steps: int) -> dict:
+    """Dev-set evaluation at 50 %, 75 % and 100 % of training: the largest corpus's dev loss over the last
+    quarter says whether the run converged (eval_delay skips the evaluation at 25 %)."""
+    return {"eval_strategy": "steps", "eval_steps": steps // 4, "eval_delay": steps // 2}
+
+
+#: (setup, regime) → what the regime is, the shared fields, and the balancing schedule of the dynamic strategies.
+REGIMES: dict[tuple[str, str], dict] = {
+    ("multidomain", "A"): {
+        "about": "regime A (short): recipes/demo.yaml's run, 1,950 steps of mixed batches of <= 1,000 tokens "
+                 "(~1.7 epochs of the bundled sample), 2.75M parameters; only the strategy changes. The demo's "
+                 "max_train_minutes guard is left out, so every run trains all its steps.",
+        "fields": {**DEMO_DATA, **DEMO_MODEL, **DEMO_OPTIMISATION, "max_steps": 1950, "eval_strategy": "no",
+                   "save_strategy": "steps", "save_steps": 390, **DEMO_OUTPUT},
+        "update_every": 150, "scorer_lr": 5.5e-4,
+    },
+    ("multidomain", "B"): {
+        "about": "regime B (converged): the regime A model and optimiser on a quarter of every bundled domain "
+                 "(train_fraction 0.25: 10.4K pairs, size ratios kept; same test sets as regime A), 6,000 steps "
+                 "(~21 epochs), so the largest domain's dev loss should be flat by the end. Settings to be "
+                 "confirmed by the screening in docs/study.md.",
+        "fields": {**DEMO_DATA, "train_fraction": 0.25, **DEMO_MODEL, **DEMO_OPTIMISATION, "max_steps": 6000,
+                   **_evaluate_on_dev(6000), "save_strategy": "steps", "save_steps": 1000, **DEMO_OUTPUT},
+        "update_every": 300, "scorer_lr": 3.5e-4,
+    },
+    ("multilingual", "B"): {
+        "about": "regime B (converged): 8 languages into English, it 137K down to zh_CN 1.6K pairs, 5 % of "
+                 "each (train_fraction 0.05: 13.6K pairs, ratios kept), the regime A model with an 8K "
+                 "vocabulary for 8 scripts (3.71M parameters), 8,000 steps (~18 epochs); greedy decoding keeps "
+                 "the 4,000-sentence dev and test sets affordable. Settings to be confirmed by the screening in "
+                 "docs/study.md.",
+        "fields": {**MULTILINGUAL_DATA, "train_fraction": 0.05, **DEMO_MODEL, "vocab_size": 8000,
+                   **DEMO_OPTIMISATION, "max_steps": 8000, **_evaluate_on_dev(8000), "save_strategy": "steps",
+                   "save_steps": 1000, **DEMO_OUTPUT, "generation_num_beams": 1, "generation_max_length": 96},
+        "update_every": 400, "scorer_lr": 1.2e-3,
+    },
+}
+
+#: Balancing fields beyond the schedule: the demo's cheap measurement (K = 5 passes on 512 dev tokens per corpus).
+DEV_BATCH = {"dev_batch_tokens": 512}
+MC_SAMPLES = {"mc_samples": 5}
+
+
+def drift(setup: str, regime: str) -> dict[str, float]:
+    """The scorer's possible travel over a run and in one update, against the corpora's log-size spread."""
+    settings = REGIMES[setup, regime]
+    updates = (settings["fields"]["max_steps"] - 1) // settings["update_every"]
+    per_update = SCORER_STEPS * settings["scorer_lr"]
+    largest, smallest = SIZES[setup]
+    spread = math.log(largest / smallest)
+    return {"updates": updates, "travel": updates * per_update, "per_update": per_update, "spread": spread,
+            "ratio": updates * per_update / spread}
+
+
+def recipe_text(setup: str, regime: str, strategy: str) -> str:
+    """The YAML of one cell: a comment that says what it is and how it is run, then the fields."""
+    settings = REGIMES[setup, regime]
+    cell = f"{setup}-{regime}-{strategy}"
+    fields = {"output_dir": f"runs/study/{cell}/seed1", "strategy": strategy, "seed": 1}
+    notes = [f"Study cell {cell} (docs/study.md). Generated by benchmarks/study_recipes.py: edit that, not this.",
+             settings["about"]]
+    if strategy == "temperature":
+        notes.append("temperature: τ = 5, the strategy's default (the paper's).")
+    if strategy.startswith(("multiuat", "multidds")):
+        d = drift(setup, regime)
+        notes.append(
+            f"Scorer drift: {d['updates']} updates before the last step x {SCORER_STEPS} scorer steps x "
+            f"scorer_lr {settings['scorer_lr']:g} = {d['travel']:.2f} of possible travel of psi, against "
+            f"ln(largest/smallest) = ln({SIZES[setup][0]}/{SIZES[setup][1]}) = {d['spread']:.2f}: ratio "
+            f"{d['ratio']:.2f}; one update moves psi by at most {d['per_update']:.2f}.")
+        fields.update(MC_SAMPLES if strategy.startswith("multiuat") else {}, **DEV_BATCH,
+                      update_every=settings["update_every"], scorer_lr=settings["scorer_lr"])
+    fields.update(settings["fields"])
+    lines = [line for note in notes for line in textwrap.wrap(note, 117, initial_indent="# ", subsequent_indent="# ")]
+    lines += [f"#   uat-train --config recipes/study/{cell}.yaml --seed N --output_dir runs/study/{cell}/seedN",
+              "#   (python benchmarks/study.py runs the grid: one thread per run, resume, scoring, archive)"]
+    body = yaml.safe_dump(fields, sort_keys=False, allow_unicode=True, default_flow_style=None, width=119)
+    return "\n".join(lines) + "\n" + body
+
+
+def all_recipes() -> dict[str, str]:
+    """File name → text, for every (setup, regime) and strategy."""
+    return {f"{setup}-{regime}-{strategy}.yaml": recipe_text(setup, regime, strategy)
+            for setup, regime in REGIMES for strategy in STRATEGIES}
+
+
+def main() -> int:
+    RECIPES.mkdir(parents=True, exist_ok=True)
+    recipes = all_recipes()
+    for stale in set(p.name for p in RECIPES.glob("*.yaml")) - set(recipes):
+        (RECIPES / stale).unlink()
+    for name, text in recipes.items():
+        (RECIPES / name).write_text(text, encoding="utf-8")
+    print(f"wrote {len(recipes)} recipes to {RECIPES}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""Writes docs/results.md (and docs/figures/study/) from the study archive alone (``benchmarks/study.py``).
+
+    python benchmarks/study_report.py            # docs/study/ → docs/results.md, docs/figures/study/*.png
+
+The page states numbers: per corpus BLEU and chrF mean ± sd over seeds and their macro mean; uat-evaluate's
+paired test of every run against the best static prior of the same seed; the seed-to-seed sd and the
+smallest difference three seeds can detect; the dev loss of the largest corpus where the runs evaluated on
+dev; p curves and the MultiDDS-S cosine heatmap. It draws no conclusion: each setup and regime gets a marked
+placeholder for the one sentence a person writes after reading the tables. Regenerating keeps sentences
+already written there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC = ("proportional", "temperature", "uniform")
+ORDER = STATIC + ("multidds-s", "multiuat-enteos", "multiuat-exptp", "multiuat-entsent")
+#: Two-sided 97.5 % quantiles of Student's t by degrees of freedom (so no SciPy is needed).
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+PLACEHOLDER = "_To be written by a person: one sentence stating what the numbers below show._"
+FINDING = re.compile(r"<!-- finding (\S+) -->\n(.*?)\n<!-- /finding -->", re.S)
+_DATA_LINE = re.compile(r"\[uat-train\] data: (.*)")
+
+
+@dataclass
+class ArchivedRun:
+    """One finished run, as packed by the driver."""
+
+    folder: Path
+    cell: str
+    group: str
+    strategy: str
+    seed: int
+    baseline: str | None
+    recipe: dict
+    results: dict
+    log_history: list = field(default_factory=list)
+    train_sizes: dict = field(default_factory=dict)
+
+    @property
+    def history(self) -> Path:
+        return self.folder / "balancing_history.jsonl"
+
+
+def load_archive(archive: Path) -> list[ArchivedRun]:
+    runs = []
+    for marker in sorted(archive.glob("*/seed*/run.json")):
+        folder, meta = marker.parent, json.loads(marker.read_text())
+        state = folder / "trainer_state.json"
+        log = (folder / "train.log").read_text(encoding="utf-8") if (folder / "train.log").is_file() else ""
+        sizes = _DATA_LINE.findall(log)
+        runs.append(ArchivedRun(
+            folder, meta["cell"], meta["group"], meta["strategy"], meta["seed"], meta["baseline"],
+            yaml.safe_load((folder / "recipe.yaml").read_text()), json.loads((folder / "results.json").read_text()),
+            json.loads(state.read_text())["log_history"] if state.is_file() else [],
+            {name: int(count) for name, count in re.findall(r"(\S+) (\d+) train /", sizes[-1])} if sizes else {},
+        ))
+    return runs
+
+
+def mean_sd(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def detectable(paired_sd: float, n: int) -> float | None:
+    """The smallest mean difference over ``n`` seeds that a two-sided paired t-test calls significant at
+    α = 0.05: t(0.975, n−1) · s_d / √n."""
+    return T_975[n - 1] * paired_sd / math.sqrt(n) if n - 1 in T_975 else None
+
+
+def _strategies(runs: list[ArchivedRun]) -> list[str]:
+    names = {run.strategy for run in runs}
+    return [s for s in ORDER if s in names] + sorted(names - set(ORDER))
+
+
+def best_static(runs: list[ArchivedRun]) -> str | None:
+    """The static prior with the highest macro BLEU averaged over its seeds (what the driver compared with)."""
+    means = {s: statistics.mean(r.results["mean"]["bleu"] for r in runs if r.strategy == s)
+             for s in STATIC if any(r.strategy == s for r in runs)}
+    return max(means, key=means.get) if means else None
+
+
+def score_table(runs: list[ArchivedRun], corpora: list[str], metric: str) -> list[str]:
+    lines = [f"| strategy | seeds | {' | '.join(corpora)} | mean |", "|---" * (len(corpora) + 3) + "|"]
+    for strategy in _strategies(runs):
+        mine = [r for r in runs if r.strategy == strategy]
+        cells = [mean_sd([r.results["scores"][c][metric] for r in mine if c in r.results["scores"]]) for c in corpora]
+        cells.append(mean_sd([r.results["mean"][metric] for r in mine]))
+        lines.append(f"| {strategy} | {len(mine)} | {' | '.join(cells)} |")
+    return lines
+
+
+def significance_table(runs: list[ArchivedRun], corpora: list[str], baseline: str) -> list[str]:
+    by_key = {(r.strategy, r.seed): r for r in runs}
+    lines = [f"| strategy | seed | compared with | Δ mean BLEU | {' | '.join(f'{c} ΔBLEU (p)' for c in corpora)} |",
+             "|---" * (len(corpora) + 4) + "|"]
+    for strategy in _strategies(runs):
+        for run in sorted((r for r in runs if r.strategy == strategy), key=lambda r: r.seed):
+            test = run.results.get("significance")
+            base = by_key.get((run.baseline, run.seed))
+            if test is None or base is None:
+                lines.append(f"| {strategy} | {run.seed} | {run.baseline or '— (the baseline)'} | – |"
+                             + " – |" * len(corpora))
+                continue
+            delta = run.results["mean"]["bleu"] - base.results["mean"]["bleu"]
+            cells = []
+            for corpus in corpora:
+                bleu = test["corpora"].get(corpus, {}).get("bleu")
+                cells.append("–" if bleu is None else f"{bleu['system'] - bleu['baseline']:+.2f} "
+                             f"({bleu['p_value']:.3f}{'*' if bleu['significant'] else ''})")
+            lines.append(f"| {strategy} | {run.seed} | {run.baseline} | {delta:+.2f} | {' | '.join(cells)} |")
+    return lines
+
+
+def variation_table(runs: list[ArchivedRun], baseline: str) -> list[str]:
+    base = {r.seed: r.results["mean"]["bleu"] for r in runs if r.strategy == baseline}
+    lines = ["| strategy | seeds | sd of mean BLEU | mean Δ vs baseline | sd of paired Δ | smallest detectable Δ |",
+             "|---|---|---|---|---|---|"]
+    variances, paired_variances = [], []
+    for strategy in _strategies(runs):
+        scores = {r.seed: r.results["mean"]["bleu"] for r in runs if r.strategy == strategy}
+        sd = statistics.stdev(scores.values()) if len(scores) > 1 else None
+        deltas = [scores[s] - base[s] for s in sorted(scores) if s in base]
+        paired = statistics.stdev(deltas) if len(deltas) > 1 and strategy != baseline else None
+        smallest = detectable(paired, len(deltas)) if paired is not None else None
+        if sd is not None:
+            variances.append(sd ** 2)
+        if paired is not None:
+            paired_variances.append(paired ** 2)
+        lines.append(f"| {strategy} | {len(scores)} | {_num(sd)} | "
+                     f"{_num(statistics.mean(deltas), '+.2f') if deltas and strategy != baseline else '–'} | "
+                     f"{_num(paired)} | {_num(smallest)} |")
+    n = len(base)
+    if paired_variances and n > 1:
+        pooled = math.sqrt(statistics.mean(paired_variances))
+        lines.append(f"| pooled | {n} | {_num(math.sqrt(statistics.mean(variances)))} | | {pooled:.2f} | "
+                     f"{_num(detectable(pooled, n))} |")
+    return lines
+
+
+def convergence_table(runs: list[ArchivedRun]) -> list[str]:
+    """Dev loss of the largest training corpus at each in-training evaluation, mean over seeds."""
+    largest = next((max(r.train_sizes, key=r.train_sizes.get) for r in runs if r.train_sizes), None)
+    key = f"eval_{largest}_loss"
+    steps = sorted({e["step"] for r in runs for e in r.log_history if key in e})
+    if largest is None or len(steps) < 2:
+        return []
+    lines = [f"Dev loss of the largest training corpus, {largest}, at each evaluation during training (mean over "
+             "seeds); the last column is the relative change over the last interval.", "",
+             f"| strategy | {' | '.join(f'step {s}' for s in steps)} | change |", "|---" * (len(steps) + 2) + "|"]
+    for strategy in _strategies(runs):
+        losses = defaultdict(list)
+        for run in (r for r in runs if r.strategy == strategy):
+            for entry in run.log_history:
+                if key in entry:
+                    losses[entry["step"]].append(entry[key])
+        means = [statistics.mean(losses[s]) if losses[s] else None for s in steps]
+        change = (means[-1] - means[-2]) / means[-2] if None not in means[-2:] else None
+        lines.append(f"| {strategy} | {' | '.join(_num(m, '.3f') for m in means)} | {_num(change, '+.1%')} |")
+    return lines
+
+
+def figures(runs: list[ArchivedRun], out: Path, page: Path) -> list[str]:
+    """p over training for every dynamic strategy and the MultiDDS-S cosine heatmap, from the lowest seed."""
+    from uat_hf.plotting import plot_cosine_heatmap, plot_probabilities
+
+    lines = []
+    for strategy in _strategies(runs):
+        run = min((r for r in runs if r.strategy == strategy and r.history.is_file()), key=lambda r: r.seed,
+                  default=None)
+        if run is None:
+            continue
+        title = f"{run.cell}, seed {run.seed}"
+        drawn = [plot_probabilities(run.history, out / f"{run.cell}_p.png", title=f"p — {title}")]
+        if strategy == "multidds-s":
+            drawn.append(plot_cosine_heatmap(run.history, out / f"{run.cell}_cosine.png", title=f"cosine — {title}"))
+        lines += [f"![{path.stem}]({path.relative_to(page.parent).as_posix()})" for path in drawn]
+    return lines
+
+
+def _num(value: float | None, spec: str = ".2f") -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str], out: Path, page: Path) -> list[str]:
+    corpora = sorted({c for r in runs for c in r.results["scores"]})
+    baseline = best_static(runs)
+    recipe = runs[0].recipe
+    seeds = sorted({r.seed for r in runs})
+    lines = [f"## {group}", "", f"<!-- finding {group} -->", findings.get(group, f"**Finding:** {PLACEHOLDER}"),
+             "<!-- /finding -->", "",
+             f"{len(runs)} runs, seeds {', '.join(map(str, seeds))}; {recipe.get('max_steps')} steps, train_fraction "
+             f"{recipe.get('train_fraction', 1)}, corpora {recipe.get('corpus_dir')}; "
+             f"{recipe.get('generation_num_beams')}-beam decoding of the {recipe.get('eval_split', 'test')} sets. "
+             f"Best static prior (mean BLEU over seeds): {baseline or '–'}.", ""]
+    for metric, title in (("bleu", "BLEU"), ("chrf", "chrF")):
+        lines += [f"### {title}, mean ± sd over seeds", "", *score_table(runs, corpora, metric), ""]
+    if baseline:
+        tests = {r.results["significance"]["test"] for r in runs if r.results.get("significance")}
+        lines += ["### Paired test against the best static prior, same seed", "",
+                  f"uat-evaluate's paired {'/'.join(sorted(tests)) or '–'} test per corpus (bs: bootstrap "
+                  "resampling, ar: approximate randomization) of BLEU; * p < alpha. Δ mean BLEU is the "
+                  "difference of the macro means.", "", *significance_table(runs, corpora, baseline), "",
+                  "### Seed-to-seed variation and the smallest detectable difference", "",
+                  "sd over seeds of each run's macro BLEU; paired Δ = strategy − baseline of the same seed. The "
+                  "smallest detectable Δ is the mean difference a two-sided paired t-test over n seeds calls "
+                  "significant at α = 0.05: t(0.975, n−1) · sd(Δ) / √n (t = 4.30 for n = 3). The pooled row "
+                  "takes the root mean of the variances.", "", *variation_table(runs, baseline), ""]
+    convergence = convergence_table(runs)
+    if convergence:
+        lines += ["### Convergence", "", *convergence, ""]
+    drawn = figures(runs, out, page)
+    if drawn:
+        lines += ["### Corpus distribution p during training (and MultiDDS-S gradient cosines)", "", *drawn, ""]
+    return lines
+
+
+def write_report(archive: Path, page: Path, figures_dir: Path) -> str:
+    runs = load_archive(archive)
+    findings = dict(FINDING.findall(page.read_text(encoding="utf-8"))) if page.is_file() else {}
+    groups = defaultdict(list)
+    for run in runs:
+        groups[run.group].append(run)
+    lines = ["# Study: static priors, MultiDDS-S and MultiUAT at two training lengths", "",
+             f"Generated by `python benchmarks/study_report.py` from the {len(runs)} runs archived in "
+             f"`{_shown(archive)}/` (how they were made: [docs/study.md](study.md)). Edit only the findings "
+             "between the markers: regenerating keeps them. Scores are uat-evaluate's sacreBLEU BLEU and chrF "
+             "on the test sets; mean is the unweighted mean over corpora. The earlier one-epoch study is in "
+             "[docs/results_previous.md](results_previous.md).", ""]
+    if not runs:
+        lines.append("No run has finished yet: `python benchmarks/study.py` runs the grid.")
+    for group in sorted(groups):
+        lines += group_section(group, groups[group], findings, figures_dir, page)
+    text = "\n".join(lines).rstrip() + "\n"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text, encoding="utf-8")
+    return text
+
+
+def _shown(path: Path) -> str:
+    return path.resolve().relative_to(ROOT).as_posix() if path.resolve().is_relative_to(ROOT) else str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archive", type=Path, default=ROOT / "docs" / "study")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
+    parser.add_argument("--figures", type=Path, default=ROOT / "docs" / "figures" / "study")
+    args = parser.parse_args(argv)
+    write_report(args.archive, args.out, args.figures)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
