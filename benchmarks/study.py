@@ -231,7 +231,8 @@ class Study:
 
     # ------------------------------------------------------------------ the grid
     def run_all(self, selected: list[Run], *, dry_run: bool = False) -> list[str]:
-        """Train, score and pack ``selected`` (and the baseline runs their scoring needs); returns the errors."""
+        """Group by group (setup and regime, in name order: multidomain-A first), train, then score and pack
+        ``selected`` (and the baseline runs their scoring needs); returns the errors."""
         errors: list[str] = []
         to_train = [run for run in selected if not self.trained(run)]
         say(f"{len(selected)} runs selected: {sum(map(self.finished, selected))} finished, {len(to_train)} to train")
@@ -239,25 +240,29 @@ class Study:
             for run in to_train:
                 print(shlex.join(self.train_command(run)))
             return errors
-        errors += self._parallel("trained", self.train, to_train)
         for group in sorted({run.group for run in selected}):
-            chosen = self.baseline(group)
-            waiting = [run for run in selected if run.group == group and self.trained(run) and not self.finished(run)]
-            if chosen is None:
-                if waiting:
-                    say(f"{group}: {len(waiting)} trained runs wait for every static prior to train a seed")
-                continue
-            cell, seeds = chosen
-            say(f"{group}: baseline {cell} (best static prior, mean test BLEU over seeds {seeds})")
-            base = {run.seed: Run(cell, run.seed) for run in waiting}
-            first = sorted({b for b in base.values() if not self.finished(b) and self.trained(b)}, key=str)
-            errors += self._parallel("scored (baseline)", lambda run: self._score_if_needed(run, run), first)
-            rest = [run for run in waiting if run not in first and self.finished(base[run.seed])]
-            errors += self._parallel("scored", lambda run, cell=cell: self._score_if_needed(run, Run(cell, run.seed)),
-                                     rest)
-            for run in waiting:
-                if not self.finished(run) and not self.finished(base[run.seed]):
-                    errors.append(f"{run.name}: its baseline {base[run.seed].name} has not finished")
+            errors += self._parallel("trained", self.train, [run for run in to_train if run.group == group])
+            errors += self._score_group(group, [run for run in selected if run.group == group])
+        return errors
+
+    def _score_group(self, group: str, runs: list[Run]) -> list[str]:
+        errors: list[str] = []
+        chosen = self.baseline(group)
+        waiting = [run for run in runs if self.trained(run) and not self.finished(run)]
+        if chosen is None:
+            if waiting:
+                say(f"{group}: {len(waiting)} trained runs wait for every static prior to train a seed")
+            return errors
+        cell, seeds = chosen
+        say(f"{group}: baseline {cell} (best static prior, mean test BLEU over seeds {seeds})")
+        base = {run.seed: Run(cell, run.seed) for run in waiting}
+        first = sorted({b for b in base.values() if not self.finished(b) and self.trained(b)}, key=str)
+        errors += self._parallel("scored (baseline)", lambda run: self._score_if_needed(run, run), first)
+        rest = [run for run in waiting if run not in first and self.finished(base[run.seed])]
+        errors += self._parallel("scored", lambda run: self._score_if_needed(run, Run(cell, run.seed)), rest)
+        for run in waiting:
+            if not self.finished(run) and not self.finished(base[run.seed]):
+                errors.append(f"{run.name}: its baseline {base[run.seed].name} has not finished")
         return errors
 
     def _score_if_needed(self, run: Run, baseline: Run) -> None:
