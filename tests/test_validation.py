@@ -31,6 +31,7 @@ from transformers import HfArgumentParser
 
 from uat_hf.callback import STATE_FILE, CorpusBalancingCallback
 from uat_hf.corpora import CorpusSpec, corpus_specs_from_directory, load_corpora
+from uat_hf.language_codes import check_language_codes, corpus_language_codes
 from uat_hf.presets import build_model
 from uat_hf.sampler import CorpusBatchSampler
 from uat_hf.scorer import RELEASED_FIT_TOLERANCE
@@ -392,6 +393,20 @@ CASES: list[Case] = [
          "Corpus 'kde4' split 'train': the Moses files are not aligned", unaligned_moses),
     Case("ted-talks-no-column", "`format: ted_talks`, `source_lang: ko`, a TSV without a `ko` column",
          "load_corpora", "Corpus 'kor' split 'train': ", ted_talks_without_the_column),
+    # --- language codes (NLLB / M2M100 / mBART-50) ---
+    Case("code-unknown-scheme", "`language_tags: nlb` (a typo) for language codes", "corpus_language_codes",
+         "Unknown language-code scheme 'nlb'",
+         lambda e: corpus_language_codes([CorpusSpec("news", "en", "de")], "nlb")),
+    Case("code-missing", "`language_tags: mbart50`, a corpus into Klingon (`target_lang: tlh`)",
+         "corpus_language_codes", "Corpus 'klingon': target_lang 'tlh' has no mbart50 language code",
+         lambda e: corpus_language_codes([CorpusSpec("klingon", "en", "tlh")], "mbart50")),
+    Case("code-bad-override", "`language_codes: {de: german}` with `language_tags: nllb`", "corpus_language_codes",
+         "language_codes: 'de': 'german' is not a nllb code",
+         lambda e: corpus_language_codes([CorpusSpec("news", "en", "de")], "nllb", {"de": "german"})),
+    Case("code-tokenizer-without-languages", "`language_tags: nllb` with a Marian tokenizer (no `src_lang`)",
+         "check_language_codes", "has none: use the model's own tokenizer",
+         lambda e: check_language_codes(e.tokenizer, corpus_language_codes([CorpusSpec("news", "en", "de")],
+                                                                            "nllb"))),
 ]
 
 
