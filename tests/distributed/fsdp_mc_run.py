@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +23,8 @@ from torch.distributed.fsdp import fully_shard
 from transformers import MarianConfig, MarianMTModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from teardown import end_distributed, exit_now  # noqa: E402
+
 from uat_hf.rewards import sharding  # noqa: E402
 from uat_hf.uncertainty import UncertaintyReward  # noqa: E402
 
@@ -78,13 +79,9 @@ def main(outdir: str) -> None:
               "rewards": total.tolist(), "expected": expected.tolist(), "grads_none_after_measuring": grads_none,
               "trained": bool(torch.isfinite(loss))}
     (Path(outdir) / f"rank{rank}.json").write_text(json.dumps(record))
-    accelerator.end_training()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    end_distributed(accelerator)
 
 
 if __name__ == "__main__":
     main(sys.argv[1])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip gloo's interpreter-exit teardown, which can abort (see multiuat_run.py)
+    exit_now()

@@ -9,14 +9,13 @@ batch per corpus, its final p, and the second generated token (after the decoder
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-import torch
 from transformers import M2M100Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from teardown import end_distributed, exit_now  # noqa: E402
 from test_language_codes import one_to_many_specs, tiny_model  # noqa: E402
 
 from uat_hf.corpora import load_corpora  # noqa: E402
@@ -63,15 +62,9 @@ def main(outdir: str) -> None:
     record["world"] = trainer.accelerator.num_processes
     rank = trainer.accelerator.process_index
     (out / f"rank{rank}.json").write_text(json.dumps(record))
-    trainer.accelerator.end_training()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    end_distributed(trainer.accelerator)
 
 
 if __name__ == "__main__":
     main(sys.argv[1])
-    # Everything the test checks is written and the process group is torn down: skip the interpreter's C++
-    # teardown, where gloo's threads can still abort (see multiuat_run.py).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_now()

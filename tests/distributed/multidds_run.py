@@ -18,6 +18,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests folder, for conftest's builders
 
 import torch  # noqa: E402
+from teardown import end_distributed, exit_now  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from conftest import multidomain_specs  # noqa: E402
@@ -80,16 +81,9 @@ def main() -> None:
         "distributed": torch.distributed.is_initialized(),
         "broadcast": trainer.balancing.reward._use_broadcast(num_processes, rank),
     }))
-    trainer.accelerator.end_training()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    end_distributed(trainer.accelerator)
 
 
 if __name__ == "__main__":
     main()
-    # Everything this test checks is written and the process group is torn down; skip the interpreter's C++
-    # teardown, where gloo's threads can still abort ("terminate called without an active exception", seen
-    # once in ~10 CI runs), which would fail the test for a reason that is not the code under test.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_now()

@@ -8,7 +8,6 @@ and that the work was split rather than duplicated.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import torch
 from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from teardown import end_distributed, exit_now  # noqa: E402
+
 from conftest import multidomain_specs  # noqa: E402
 from uat_hf.corpora import load_corpora, load_corpus_split  # noqa: E402
 from uat_hf.presets import build_model  # noqa: E402
@@ -65,16 +66,9 @@ def main(outdir: str) -> None:
     trainer.add_callback(Probe(trainer, out / f"rank{rank}.jsonl"))
     trainer.train()
     (out / f"done{rank}").write_text(json.dumps({"world": trainer.accelerator.num_processes}))
-    trainer.accelerator.end_training()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    end_distributed(trainer.accelerator)
 
 
 if __name__ == "__main__":
     main(sys.argv[1])
-    # Everything this test checks is written and the process group is torn down; skip the interpreter's C++
-    # teardown, where gloo's threads can still abort ("terminate called without an active exception", seen
-    # once in ~10 CI runs), which would fail the test for a reason that is not the code under test.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_now()
