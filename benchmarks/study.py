@@ -21,8 +21,9 @@ in ``runs/study/<cell>/seed<N>/``. Each run goes through three steps, each skipp
    log history), balancing_history.jsonl, uat-evaluate's results.json, hypotheses/*.txt.gz and the two logs,
    then ``run.json`` last: a run with it is finished and skipped. No model weights.
 
-Runs go ``--jobs`` (2) at a time, each with one thread. ``benchmarks/study_report.py`` writes docs/results.md
-from the archive alone.
+Runs go ``--jobs`` (2) at a time, each with one thread. ``--device cuda`` trains and scores on the GPU (the
+recipes say ``use_cpu: true``; the commands then add ``--use_cpu false``); several runs may share one GPU.
+``benchmarks/study_report.py`` writes docs/results.md from the archive alone.
 """
 
 from __future__ import annotations
@@ -63,6 +64,16 @@ def run_command(command: list[str], log: Path) -> int:
         out.flush()
         return subprocess.run([tool(command[0]), *command[1:]], stdout=out, stderr=subprocess.STDOUT,
                               env={**os.environ, **ONE_THREAD}).returncode
+
+
+def machine(device: str) -> dict:
+    """Where a run trained: the GPU's name on ``cuda`` (runs on different cards or on the CPU are not paired)."""
+    found = {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": 1, "device": device}
+    if device == "cuda":
+        import torch
+
+        found["gpu"] = torch.cuda.get_device_name(0)
+    return found
 
 
 def say(message: str) -> None:
@@ -107,6 +118,7 @@ class Study:
     archive: Path
     runner: Runner = run_command
     jobs: int = 2
+    device: str = "cpu"
 
     # ------------------------------------------------------------------ where things are
     def run_dir(self, run: Run) -> Path:
@@ -136,7 +148,10 @@ class Study:
                    "--output_dir", str(self.run_dir(run)), "--torch_num_threads", "1"]
         if last_complete_checkpoint(str(self.run_dir(run))) is not None:
             command += ["--resume_from_checkpoint", "latest"]
-        return command
+        return command + self._device_arguments()
+
+    def _device_arguments(self) -> list[str]:
+        return ["--use_cpu", "false"] if self.device == "cuda" else []
 
     def score_command(self, run: Run, baseline: Run | None) -> list[str]:
         folder = self.run_dir(run)
@@ -144,11 +159,11 @@ class Study:
                    str(folder / SCORE_DIR), "--seed", str(run.seed)]
         if baseline is not None and baseline != run:
             command += ["--compare", str(self.run_dir(baseline) / SCORE_DIR / "hypotheses")]
-        return command
+        return command + self._device_arguments()
 
-    @staticmethod
-    def rerun_command(run: Run) -> str:
-        return f"python benchmarks/study.py --cells {run.cell} --seeds {run.seed} --redo"
+    def rerun_command(self, run: Run) -> str:
+        device = " --device cuda" if self.device == "cuda" else ""
+        return f"python benchmarks/study.py --cells {run.cell} --seeds {run.seed}{device} --redo"
 
     # ------------------------------------------------------------------ baseline
     def baseline(self, group: str) -> tuple[str, list[int]] | None:
@@ -224,7 +239,7 @@ class Study:
             "score_command": shlex.join(self.score_command(run, baseline)),
             "rerun": self.rerun_command(run),
             "train_attempts": train_log.count("$ "),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": 1},
+            "machine": machine(self.device),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
         (target / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
@@ -312,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", nargs="*", help="whole cell names, e.g. multidomain-A-uniform")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: train and score on the GPU, --jobs runs sharing it (default: cpu, as the recipes)")
     parser.add_argument("--recipes", type=Path, default=Path("recipes/study"), help="relative to the repository")
     parser.add_argument("--runs", type=Path, default=Path("runs/study"))
     parser.add_argument("--archive", type=Path, default=Path("docs/study"))
@@ -321,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print what would run and the rerun commands")
     args = parser.parse_args(argv)
     os.chdir(ROOT)  # recipes point at ../shared/corpora and the commands it prints are run from here
-    study = Study(args.recipes, args.runs, args.archive, jobs=args.jobs)
+    study = Study(args.recipes, args.runs, args.archive, jobs=args.jobs, device=args.device)
     selected = select(study.cells(), setups=args.setups, regimes=args.regimes, strategies=args.strategies,
                       only=args.cells, seeds=args.seeds)
     if not selected:

@@ -237,6 +237,22 @@ def test_driver_resumes_from_a_checkpoint_and_only_scores_a_trained_run(tmp_path
     assert study.finished(trained)
 
 
+def test_driver_on_cuda_overrides_the_recipes_cpu_setting_in_both_tools(tmp_path):
+    from uat_hf.cli import evaluate, train
+
+    study = _study(tmp_path)
+    study.device = "cuda"
+    run = study_driver.Run("tiny-A-uniform", 2)
+    training_args = train.parse_arguments(study.train_command(run)[1:])[0]
+    assert training_args.use_cpu is False and training_args.seed == 2  # the recipe says use_cpu: true
+    (study.run_dir(run)).mkdir(parents=True)
+    (study.run_dir(run) / "recipe.yaml").write_text(yaml.safe_dump({**TINY, "strategy": "uniform"}))
+    assert evaluate.parse_arguments(study.score_command(run, None)[1:]).use_cpu is False
+    assert study.rerun_command(run).endswith("--seeds 2 --device cuda --redo")
+    study.device = "cpu"
+    assert train.parse_arguments(study.train_command(run)[1:])[0].use_cpu is True
+
+
 def test_report_states_numbers_and_keeps_the_human_finding(tmp_path):
     study = _study(tmp_path, FakeTools())
     assert study.run_all(study_driver.select(study.cells(), seeds=(1, 2, 3))) == []
