@@ -29,6 +29,9 @@ STATIC = ("proportional", "temperature", "uniform")
 ORDER = STATIC + ("multidds-s", "multiuat-enteos", "multiuat-exptp", "multiuat-entsent")
 #: Two-sided 97.5 % quantiles of Student's t by degrees of freedom (so no SciPy is needed).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+#: A run took off when every corpus's test chrF reaches this: runs that did not (the one-epoch study of
+#: docs/results_previous.md) repeat a few frequent words and score chrF 4–12.
+TAKEOFF_CHRF = 15.0
 PLACEHOLDER = "_To be written by a person: one sentence stating what the numbers below show._"
 FINDING = re.compile(r"<!-- finding (\S+) -->\n(.*?)\n<!-- /finding -->", re.S)
 _DATA_LINE = re.compile(r"\[uat-train\] data: (.*)")
@@ -48,6 +51,7 @@ class ArchivedRun:
     results: dict
     log_history: list = field(default_factory=list)
     train_sizes: dict = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)
 
     @property
     def history(self) -> Path:
@@ -66,6 +70,7 @@ def load_archive(archive: Path) -> list[ArchivedRun]:
             yaml.safe_load((folder / "recipe.yaml").read_text()), json.loads((folder / "results.json").read_text()),
             json.loads(state.read_text())["log_history"] if state.is_file() else [],
             {name: int(count) for name, count in re.findall(r"(\S+) (\d+) train /", sizes[-1])} if sizes else {},
+            meta.get("machine", {}),
         ))
     return runs
 
@@ -154,6 +159,24 @@ def variation_table(runs: list[ArchivedRun], baseline: str) -> list[str]:
     return lines
 
 
+def takeoff_line(runs: list[ArchivedRun]) -> str:
+    """The take-off criterion and the runs that fail it."""
+    failed = [f"{r.cell} seed {r.seed} ({min(r.results['scores'], key=lambda c: r.results['scores'][c]['chrf'])} "
+              f"chrF {min(s['chrf'] for s in r.results['scores'].values()):.1f})"
+              for r in runs if min(s["chrf"] for s in r.results["scores"].values()) < TAKEOFF_CHRF]
+    lowest = min(min(s["chrf"] for s in r.results["scores"].values()) for r in runs)
+    verdict = (f"all {len(runs)} runs took off (lowest corpus chrF {lowest:.1f})" if not failed else
+               f"{len(failed)} of {len(runs)} runs did not take off: {'; '.join(failed)}")
+    return f"Take-off (every corpus's test chrF ≥ {TAKEOFF_CHRF:g}): {verdict}."
+
+
+def machines_line(runs: list[ArchivedRun]) -> str:
+    """Where the runs trained (driver's run.json): runs of one table should share it."""
+    where = sorted({f"one {m['gpu']} shared by the runs of the grid, one CPU thread each" if m.get("device") == "cuda"
+                    else f"CPU, {m.get('cpus', '?')} cores, one thread per run" for m in (r.machine for r in runs)})
+    return f"Trained and scored on: {'; '.join(where)}."
+
+
 def convergence_table(runs: list[ArchivedRun]) -> list[str]:
     """Dev loss of the largest training corpus at each in-training evaluation, mean over seeds."""
     largest = next((max(r.train_sizes, key=r.train_sizes.get) for r in runs if r.train_sizes), None)
@@ -208,7 +231,8 @@ def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str],
              f"{len(runs)} runs, seeds {', '.join(map(str, seeds))}; {recipe.get('max_steps')} steps, train_fraction "
              f"{recipe.get('train_fraction', 1)}, corpora {recipe.get('corpus_dir')}; "
              f"{recipe.get('generation_num_beams')}-beam decoding of the {recipe.get('eval_split', 'test')} sets. "
-             f"Best static prior (mean BLEU over seeds): {baseline or '–'}.", ""]
+             f"Best static prior (mean BLEU over seeds): {baseline or '–'}. {machines_line(runs)}", "",
+             takeoff_line(runs), ""]
     for metric, title in (("bleu", "BLEU"), ("chrf", "chrF")):
         lines += [f"### {title}, mean ± sd over seeds", "", *score_table(runs, corpora, metric), ""]
     if baseline:

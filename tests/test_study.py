@@ -182,7 +182,7 @@ class FakeTools:
             return 0
         (out / "hypotheses").mkdir()
         (out / "hypotheses" / "bible.txt").write_text(f"{strategy} {seed}\n")
-        results = {"scores": {"bible": {"bleu": bleu, "chrf": 2 * bleu}}, "mean": {"bleu": bleu, "chrf": 2 * bleu}}
+        results = {"scores": {"bible": {"bleu": bleu, "chrf": 3 * bleu}}, "mean": {"bleu": bleu, "chrf": 3 * bleu}}
         if "--compare" in command:
             base = 6.0 + seed / 10
             results["significance"] = {"test": "bs", "alpha": 0.05, "corpora": {"bible": {"bleu": {
@@ -266,10 +266,20 @@ def test_report_states_numbers_and_keeps_the_human_finding(tmp_path):
     # paired differences are exactly 1.0 every seed: sd 0, so the smallest detectable difference is 0
     assert "| multiuat-entsent | 3 | 0.10 | +1.00 | 0.00 | 0.00 |" in text
 
+    assert "Take-off (every corpus's test chrF ≥ 15): all 9 runs took off (lowest corpus chrF 15.3)." in text
+    assert "Trained and scored on: CPU," in text
+
     written = text.replace(study_report.PLACEHOLDER, "Uniform wins.", 1).replace("**Finding:** Uniform", "Uniform")
     page.write_text(written)
     again = study_report.write_report(tmp_path / "archive", page, tmp_path / "figures")
     assert "Uniform wins." in again and study_report.PLACEHOLDER not in again
+
+    scores = tmp_path / "archive" / "tiny-A-proportional" / "seed2" / "results.json"
+    stalled = json.loads(scores.read_text())
+    stalled["scores"]["bible"]["chrf"] = 9.0  # a run that did not take off
+    scores.write_text(json.dumps(stalled))
+    text = study_report.write_report(tmp_path / "archive", page, tmp_path / "figures")
+    assert "1 of 9 runs did not take off: tiny-A-proportional seed 2 (bible chrF 9.0)." in text
 
 
 def test_smallest_detectable_difference_is_the_paired_t_threshold():
