@@ -4,11 +4,11 @@
 
 The recipes are generated so that the cells of one setup and regime differ only where the strategy needs it:
 one table of shared settings per setup and regime, plus the balancing fields of the dynamic strategies.
-Each dynamic recipe states its scorer drift ratio in a comment (DESIGN.md, "What small-scale runs have shown
-so far"): ψ can travel at most ``updates × scorer_steps × scorer_lr`` over a run (Adam moves each logit by
-about ``scorer_lr`` per step), which should be comparable to the log-size spread ``ln(largest/smallest)`` of
-the corpora, so that p drifts from the prior over the whole run instead of jumping in one update. Updates
-are counted before the last step (an update at the last step changes no batch).
+Each dynamic recipe states its scorer drift ratio in a comment: ψ can travel at most ``updates ×
+scorer_steps × scorer_lr`` over a run (Adam moves each logit by about ``scorer_lr`` per step), which should be
+comparable to the log-size spread ``ln(largest/smallest)`` of the corpora, so that p drifts from the prior
+over the whole run instead of jumping in one update. Updates are counted before the last step (an update at
+the last step changes no batch).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ REGIMES: dict[tuple[str, str], dict] = {
         "about": "regime B (longer): 8 languages into English, it 137K down to zh_CN 1.6K pairs, 5 % of "
                  "each (train_fraction 0.05: 13.6K pairs, ratios kept), the regime A model with an 8K "
                  "vocabulary for 8 scripts (3.71M parameters), in batches of <= 4,000 tokens for 2,000 steps (8M "
-                 "tokens, ~18 epochs), shaped like multi-domain B for one shared GPU; greedy decoding, and dev "
+                 "tokens, ~17 epochs), shaped like multi-domain B for one shared GPU; greedy decoding, and dev "
                  "evaluations at 75 % and 100 % only, keep the 4,000-sentence dev and test sets affordable.",
         "fields": {**MULTILINGUAL_DATA, "train_fraction": 0.05, **DEMO_MODEL, "vocab_size": 8000,
                    **DEMO_OPTIMISATION, "max_tokens": 4000, "max_steps": 2000, "eval_strategy": "steps",
