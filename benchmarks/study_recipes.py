@@ -76,10 +76,9 @@ REGIMES: dict[tuple[str, str], dict] = {
         "about": "regime B (longer): the regime A model on a quarter of every bundled domain (train_fraction "
                  "0.25: 10.4K pairs, size ratios kept; same test sets as regime A), in batches of <= 4,000 "
                  "tokens for 2,000 steps (8M tokens, ~4x regime A's and 1.3x the 6,000 x 1,000-token CPU "
-                 "design screened in docs/study.md), aiming at a flat dev loss of the largest domain (it still fell 1.8-3.4 % "
-                 "over the last quarter: docs/study.md). Shaped "
-                 "for one GPU shared by the whole grid (python benchmarks/study.py --device cuda --jobs 21); "
-                 "the same recipe runs on a CPU, slowly.",
+                 "design screened in docs/study.md), aiming at a flat dev loss of the largest domain (it still "
+                 "fell 1.8-3.4 % over the last quarter: docs/study.md). Shaped for one GPU shared by the whole "
+                 "grid (python benchmarks/study.py --device cuda --jobs 21); the same recipe runs on a CPU, slowly.",
         "fields": {**DEMO_DATA, "train_fraction": 0.25, **DEMO_MODEL, **DEMO_OPTIMISATION, "max_tokens": 4000,
                    "max_steps": 2000, **_evaluate_on_dev(2000), "save_strategy": "steps", "save_steps": 500,
                    **DEMO_OUTPUT},
