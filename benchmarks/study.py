@@ -343,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
                       only=args.cells, seeds=args.seeds)
     if not selected:
         raise SystemExit("no run matches the filters")
+    if args.device == "cuda" and not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda, but torch sees no CUDA device here: run on a GPU machine with a CUDA "
+                             "build of torch, or leave --device out to train on the CPU.")
     if args.redo or args.rescore:
         study.forget(selected, training=args.redo)
     errors = study.run_all(selected, dry_run=args.dry_run)

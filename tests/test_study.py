@@ -253,6 +253,22 @@ def test_driver_on_cuda_overrides_the_recipes_cpu_setting_in_both_tools(tmp_path
     assert train.parse_arguments(study.train_command(run)[1:])[0].use_cpu is True
 
 
+def test_driver_refuses_cuda_without_a_gpu_before_training(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.chdir(tmp_path)  # main() changes to the repository root; the fixture restores the cwd after
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    study = _study(tmp_path)
+    argv = ["--recipes", str(study.recipes), "--runs", str(study.runs), "--archive", str(study.archive),
+            "--device", "cuda", "--seeds", "1"]
+    with pytest.raises(SystemExit, match="torch sees no CUDA device"):
+        study_driver.main(argv)
+    assert not study.runs.exists()  # nothing started
+    assert study_driver.main([*argv, "--dry-run"]) == 0  # planning needs no GPU
+
+
 def test_report_states_numbers_and_keeps_the_human_finding(tmp_path):
     study = _study(tmp_path, FakeTools())
     assert study.run_all(study_driver.select(study.cells(), seeds=(1, 2, 3))) == []
