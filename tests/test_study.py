@@ -256,10 +256,9 @@ def test_driver_on_cuda_overrides_the_recipes_cpu_setting_in_both_tools(tmp_path
 def test_driver_refuses_cuda_without_a_gpu_before_training(tmp_path, monkeypatch):
     import torch
 
-    monkeypatch.chdir(tmp_path)  # main() changes to the repository root; the fixture restores the cwd after
-
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible")
+    monkeypatch.chdir(tmp_path)  # main() changes to the repository root; the fixture restores the cwd after
     study = _study(tmp_path)
     argv = ["--recipes", str(study.recipes), "--runs", str(study.runs), "--archive", str(study.archive),
             "--device", "cuda", "--seeds", "1"]
