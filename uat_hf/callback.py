@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from .checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, write_json_atomically
+from .checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, warn_if_history_torn, write_json_atomically
 from .columns import model_columns
 from .names import check_exact_names
 from .packing import draw_token_batch, example_lengths, split_by_tokens
@@ -166,6 +166,7 @@ class CorpusBalancingCallback(TrainerCallback):
             return
         self.load(path)
         if args.should_save:  # the history file holds exactly the restored updates, whatever a kill left in it
+            warn_if_history_torn(history)
             _write_history(history, self.distribution.history)
 
     def on_epoch_begin(self, args, state, control, **kwargs):

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 from typing import Any
 
@@ -32,13 +33,16 @@ HISTORY_FILE = "balancing_history.jsonl"
 LATEST = ("true", "latest")
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_TEMPORARY_PREFIX, _TEMPORARY_SUFFIX = ".tmp-", ".json"
+#: What a checkpoint holds besides weights and optimizer state (RNG, scheduler, arguments, tokenizer, JSON).
+_CHECKPOINT_EXTRA_BYTES = 64 * 1024
 
 
 def write_json_atomically(path: str, value: Any) -> None:
     """Write ``value`` as JSON to ``path`` so that a reader sees the old file, the new one, or none: never a
     torn one (the text goes to a temporary file in the same folder, which then replaces ``path``)."""
     folder = os.path.dirname(os.path.abspath(path))
-    descriptor, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    descriptor, temporary = tempfile.mkstemp(prefix=_TEMPORARY_PREFIX, suffix=_TEMPORARY_SUFFIX, dir=folder)
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as f:
             json.dump(value, f)
@@ -88,3 +92,110 @@ def last_complete_checkpoint(output_dir: str, *, needs_balancing_state: bool = T
             return folder
         logger.warning("Skipping checkpoint %s: %s.", folder, problem)
     return None
+
+
+def resolve_resume_checkpoint(output_dir: str, resume: str | bool | None, *, exact: bool = True) -> str | None:
+    """The checkpoint folder that ``resume_from_checkpoint`` asks for, or ``None`` when it asks for none.
+
+    ``True`` and the words of :data:`LATEST` mean the last complete checkpoint of ``output_dir``. A request that
+    cannot be met exactly raises ``ValueError`` with one line that names the folder, says what is wrong with it
+    and what to do (``allow_inexact_resume`` where only the balancing state is missing), so that callers can
+    refuse it before any data is read rather than inside ``train()``."""
+    if resume is None or resume is False or resume == "":
+        return None
+    inexact = " (allow_inexact_resume=True, uat-train --allow_inexact_resume, accepts one without {})"
+    inexact = inexact.format(BALANCING_STATE_FILE)
+    if resume is True or str(resume).strip().lower() in LATEST:
+        folder = last_complete_checkpoint(output_dir, needs_balancing_state=exact)
+        if folder is not None:
+            return folder
+        folders = checkpoint_folders(output_dir)
+        if not folders:
+            raise ValueError(f"No checkpoint-N folder in output_dir {output_dir!r} to resume from; train without "
+                             "resume_from_checkpoint to start afresh, or give the output_dir of the run to resume.")
+        problems = "; ".join(f"{f!r}: {checkpoint_problem(f, needs_balancing_state=exact)}" for f in folders)
+        usable = exact and last_complete_checkpoint(output_dir, needs_balancing_state=False) is not None
+        raise ValueError(
+            f"No complete checkpoint found in output_dir {output_dir!r} to resume from ({problems}). "
+            + (f"Resume inexactly{inexact}, or train afresh." if usable
+               else "Remove the torn checkpoint folders and train afresh (without resume_from_checkpoint).")
+        )
+    problem = checkpoint_problem(str(resume), needs_balancing_state=exact)
+    if problem is not None:
+        usable = exact and checkpoint_problem(str(resume), needs_balancing_state=False) is None
+        raise ValueError(
+            f"Cannot resume from checkpoint {resume!r}: {problem}. Give a complete checkpoint folder, or "
+            f"resume_from_checkpoint=latest for the last complete one in output_dir{inexact if usable else ''}."
+        )
+    return str(resume)
+
+
+def remove_stray_temporaries(output_dir: str) -> list[str]:
+    """Delete the temporary files that :func:`write_json_atomically` leaves when the process is killed
+    mid-write (``.tmp-*.json`` in ``output_dir`` and its checkpoint folders); returns their paths. Only the
+    process that saves may call it, before training starts, when nothing is being written."""
+    removed = []
+    for folder in [output_dir, *checkpoint_folders(output_dir)]:
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            if name.startswith(_TEMPORARY_PREFIX) and name.endswith(_TEMPORARY_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(folder, name))
+                    removed.append(os.path.join(folder, name))
+    if removed:
+        logger.warning("Removed %d temporary file(s) that an interrupted save left behind: %s.", len(removed),
+                       ", ".join(removed))
+    return removed
+
+
+def remove_torn_checkpoint(folder: str) -> bool:
+    """Delete ``folder`` if a save into it was cut short (the Trainer's state, written last, is missing or torn);
+    a torn checkpoint is never resumed from, and it holds the space a next run needs. Returns whether it did."""
+    if not os.path.isdir(folder) or checkpoint_problem(folder, needs_balancing_state=False) is None:
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    logger.warning("Removed the torn checkpoint %s (its save was cut short).", folder)
+    return True
+
+
+def warn_if_history_torn(path: str) -> bool:
+    """Warn (and return ``True``) when the last line of the balancing history at ``path`` is torn: a run killed
+    while appending it. The resumed run rewrites the file from its checkpoint, which drops that line."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        lines = f.read().splitlines()
+    if not lines:
+        return False
+    try:
+        json.loads(lines[-1])
+        return False
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        logger.warning("The last line of %s is torn (a run was killed while writing it); it is dropped, and the "
+                       "file is rewritten from the checkpoint's balancing history.", path)
+        return True
+
+
+def model_bytes(model: Any) -> int:
+    """Bytes of ``model``'s weights and buffers as saved (tied weights once)."""
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def checkpoint_bytes(model: Any) -> int:
+    """About how many bytes one checkpoint of ``model`` takes: weights, Adam's two moments per trainable weight,
+    and the small files beside them."""
+    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return model_bytes(model) + 2 * trainable + _CHECKPOINT_EXTRA_BYTES
+
+
+def free_bytes(path: str) -> int:
+    """Free bytes on the file system of ``path`` (its nearest existing folder)."""
+    while not os.path.exists(path):
+        path = os.path.dirname(os.path.abspath(path))
+    return shutil.disk_usage(path).free
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"

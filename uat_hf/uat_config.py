@@ -8,6 +8,7 @@ Trainer's own arguments (the TRL convention: ``<method>_config.py`` beside ``<me
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -22,6 +23,66 @@ MC_BATCH_MODES = ("auto", "loop", "replicate")
 #: ``strategy: multiuat-<measure>`` is the one-word spelling of ``strategy: multiuat, measure: <measure>``.
 MULTIUAT_PREFIX = "multiuat-"
 DEFAULT_MEASURE = "enteos"
+
+
+@dataclass(frozen=True)
+class NumberRule:
+    """The values a numeric field can take: ``low`` (``> low`` when ``strict``) up to ``high`` (exclusive),
+    finite, and ``None`` only when ``optional``. Checked once, when the config is built, so that an impossible
+    number (``learning_rate: -1``, ``adam_beta2: 1``) is refused by name before any data is read, not met
+    later as a bare error of the optimizer or the scheduler, or not at all."""
+
+    name: str
+    low: float
+    strict: bool = False
+    high: float | None = None
+    optional: bool = False
+
+    def check(self, value: float | None) -> None:
+        if value is None and self.optional:
+            return
+        above = value is not None and (value > self.low if self.strict else value >= self.low)  # NaN fails
+        if above and (self.high is None or value < self.high) and math.isfinite(value):
+            return
+        bounds = f"{'>' if self.strict else '>='} {self.low}" + ("" if self.high is None else f" and < {self.high}")
+        finite = "a finite number " if value is not None and math.isinf(value) else ""
+        raise ValueError(f"{self.name} must be {finite}{bounds}{' or unset' if self.optional else ''}, got {value}.")
+
+
+#: Every numeric training and balancing field with a range (the temperatures, where inf means uniform, are
+#: checked with the prior settings).
+NUMBER_RULES = (
+    NumberRule("learning_rate", 0, strict=True),
+    NumberRule("weight_decay", 0),
+    NumberRule("adam_beta1", 0, high=1),
+    NumberRule("adam_beta2", 0, high=1),
+    NumberRule("adam_epsilon", 0),
+    NumberRule("max_grad_norm", 0, optional=True),
+    NumberRule("label_smoothing_factor", 0, high=1),
+    NumberRule("warmup_steps", 0),
+    NumberRule("num_train_epochs", 0, strict=True),
+    NumberRule("max_steps", -1),
+    NumberRule("per_device_train_batch_size", 1),
+    NumberRule("per_device_eval_batch_size", 1),
+    NumberRule("gradient_accumulation_steps", 1),
+    NumberRule("eval_accumulation_steps", 1, optional=True),
+    NumberRule("logging_steps", 0, strict=True),
+    NumberRule("save_steps", 0, strict=True),
+    NumberRule("eval_steps", 0, strict=True, optional=True),
+    NumberRule("dataloader_num_workers", 0),
+    NumberRule("seed", 0, high=2**32),
+    NumberRule("data_seed", 0, high=2**32, optional=True),
+    NumberRule("generation_num_beams", 1, optional=True),
+    NumberRule("generation_max_length", 1, optional=True),
+    NumberRule("mc_samples", 1),
+    NumberRule("update_every", 1),
+    NumberRule("scorer_steps", 1),
+    NumberRule("scorer_lr", 0),
+    NumberRule("dev_batch_tokens", 1),
+    NumberRule("dds_train_batch_tokens", 1),
+    NumberRule("mix_pool_batches", 1),
+    NumberRule("max_tokens", 1, optional=True),
+)
 
 
 @dataclass
@@ -151,16 +212,8 @@ class UATConfig(Seq2SeqTrainingArguments):
         if self.strategy not in STRATEGIES:
             raise ValueError(f"Unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")
         self._check_prior_settings()
-        for name in (
-            "mc_samples", "update_every", "scorer_steps", "dev_batch_tokens", "dds_train_batch_tokens",
-            "mix_pool_batches",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 or unset, got {self.max_tokens}.")
-        if not self.scorer_lr >= 0:  # also rejects NaN
-            raise ValueError(f"scorer_lr must be >= 0, got {self.scorer_lr}.")
+        for rule in NUMBER_RULES:
+            rule.check(getattr(self, rule.name))
         if self.scorer_prior_fit not in PRIOR_FITS:
             raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
                              f"{self.scorer_prior_fit!r}.")

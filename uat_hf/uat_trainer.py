@@ -34,7 +34,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput
 
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
-from .checkpoints import BALANCING_STATE_FILE, LATEST, checkpoint_problem, last_complete_checkpoint
+from .checkpoints import BALANCING_STATE_FILE, remove_stray_temporaries, resolve_resume_checkpoint
 from .columns import REFERENCE_COLUMN
 from .distribution import CorpusDistribution
 from .measures import IGNORE_INDEX
@@ -155,22 +155,10 @@ class UATTrainer(Seq2SeqTrainer):
         if self.balancing is None:
             raise ValueError("This UATTrainer was built without train_corpora, for evaluation only: pass "
                              "train_corpora={name: tokenized Dataset, ...} to train.")
-        exact = not self.args.allow_inexact_resume
-        if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() in LATEST:
-            resume_from_checkpoint = True
-        if resume_from_checkpoint is True:
-            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir, needs_balancing_state=exact)
-            if resume_from_checkpoint is None:
-                raise ValueError(f"No complete checkpoint found in output_dir {self.args.output_dir!r} to resume "
-                                 "from.")
-        elif resume_from_checkpoint:
-            problem = checkpoint_problem(resume_from_checkpoint, needs_balancing_state=exact)
-            if problem is not None:
-                raise ValueError(
-                    f"Cannot resume from checkpoint {resume_from_checkpoint!r}: {problem}. Give a complete checkpoint "
-                    "folder, or resume_from_checkpoint=True for the last complete one in output_dir"
-                    + (" (allow_inexact_resume=True accepts one without the balancing state)." if exact else ".")
-                )
+        resume_from_checkpoint = resolve_resume_checkpoint(self.args.output_dir, resume_from_checkpoint,
+                                                           exact=not self.args.allow_inexact_resume)
+        if resume_from_checkpoint and self.args.should_save:
+            remove_stray_temporaries(self.args.output_dir)
         if resume_from_checkpoint and self.args.max_steps > 0:
             done = _checkpoint_step(resume_from_checkpoint)
             if done >= self.args.max_steps:

@@ -26,6 +26,7 @@ Steps 2-4 and the checks on their results are in :mod:`uat_hf.cli.train_data`.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -37,7 +38,15 @@ from transformers import TrainerCallback, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 
-from ..checkpoints import BALANCING_STATE_FILE, LATEST, checkpoint_problem, last_complete_checkpoint
+from ..checkpoints import (
+    BALANCING_STATE_FILE,
+    checkpoint_bytes,
+    free_bytes,
+    megabytes,
+    model_bytes,
+    remove_torn_checkpoint,
+    resolve_resume_checkpoint,
+)
 from ..recipe import Recipe
 from ..uat_config import MULTIUAT_PREFIX
 from ..uat_trainer import UATTrainer
@@ -53,6 +62,7 @@ from .train_data import (
     check_tokenizer_codes,
     language_codes_for,
     load_data,
+    position_limit,
     say,
     tags_for,
 )
@@ -152,19 +162,22 @@ def prepare(
             f"output_dir {str(output_dir)!r} cannot be created as a directory: {str(blocker)!r} is a file. Give "
             "another output_dir (it is created if missing), or move the file away."
         )
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"output_dir {str(output_dir)!r} cannot be created ({error.strerror}); give a writable "
+                         "folder.") from None
+    training_args.resume_from_checkpoint = resolve_resume_checkpoint(
+        training_args.output_dir, training_args.resume_from_checkpoint,
+        exact=not training_args.allow_inexact_resume,
+    )
     if run_args is not None and run_args.torch_num_threads is not None:
         import torch
 
         torch.set_num_threads(run_args.torch_num_threads)
     set_seed(training_args.seed)
 
-    if model_args.is_preset:  # cheap early check, before any data is read
-        from ..presets import MODEL_PRESETS
-
-        limit = model_args.config_overrides().get(
-            "max_position_embeddings", MODEL_PRESETS[model_args.model_name_or_path]["max_position_embeddings"]
-        )
-        check_lengths(limit, data_args)
+    check_lengths(position_limit(model_args), data_args)  # cheap early check, before any data is read
     specs, eval_specs = build_specs(data_args)
     codes = language_codes_for(specs + eval_specs, data_args, model_args)
     tag_of, eval_tag_of = tags_for(specs, eval_specs, data_args.language_tags)
@@ -176,7 +189,6 @@ def prepare(
 
     tokenizer = build_tokenizer(model_args, specs, tags, data_args)
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)
-    output_dir.mkdir(parents=True, exist_ok=True)
     if training_args.should_save:
         tokenizer.save_pretrained(output_dir)
     say(f"tokenizer: {len(tokenizer)} tokens" + (f", language tags {tags}" if tags else "")
@@ -198,6 +210,7 @@ def prepare(
         **model_args.config_overrides(),
     )
     check_model_lengths(model, data_args)
+    check_disk_space(training_args, model)
     for key, value in (model_args.generation_overrides or {}).items():
         setattr(model.generation_config, key, value)
     say(f"model: {model_args.model_name_or_path}, {model.num_parameters() / 1e6:.2f}M parameters; "
@@ -215,6 +228,49 @@ def prepare(
     return trainer, eval_corpora, ood
 
 
+class DiskFullError(OSError):
+    """Training stopped because ``output_dir`` ran out of space while saving."""
+
+
+def check_disk_space(training_args, model) -> None:
+    """Refuse a run whose first checkpoint and final model would not fit in ``output_dir``'s free space, so that
+    a full disk is met before training rather than as a torn checkpoint and a traceback at the first save."""
+    if not training_args.should_save:
+        return
+    weights = model_bytes(model)
+    checkpoint = checkpoint_bytes(model) if training_args.save_strategy != "no" else 0
+    free = free_bytes(training_args.output_dir)
+    if free < checkpoint + weights:
+        raise InputError(
+            f"output_dir {training_args.output_dir!r} has {megabytes(free)} free, but "
+            + (f"the first checkpoint (about {megabytes(checkpoint)}: weights and optimizer state) and " if checkpoint
+               else "")
+            + f"the final model ({megabytes(weights)}) need about {megabytes(checkpoint + weights)}. Free some space "
+            "or give an output_dir on a larger disk."
+        )
+
+
+def _disk_full(trainer, error: BaseException) -> DiskFullError | None:
+    """After ``error`` escaped training or saving: remove the checkpoint whose save it cut short, and return a
+    :class:`DiskFullError` naming ``output_dir`` and its free space when a full disk is the cause (the error the
+    writer raises then is often not ``ENOSPC`` itself, e.g. torch's ``unexpected pos``)."""
+    args = trainer.args
+    if not args.should_save:
+        return None
+    free = free_bytes(args.output_dir)  # before the torn checkpoint's space comes back
+    folder = os.path.join(args.output_dir, f"checkpoint-{trainer.state.global_step}")
+    removed = remove_torn_checkpoint(folder)
+    needed = checkpoint_bytes(trainer.model)
+    if free >= needed and getattr(error, "errno", None) != errno.ENOSPC:
+        return None
+    return DiskFullError(
+        f"output_dir {args.output_dir!r} ran out of space while saving at step {trainer.state.global_step} "
+        f"({megabytes(free)} free; a checkpoint needs about {megabytes(needed)})"
+        + (f"; the torn {folder!r} was removed" if removed else "")
+        + ". Free some space, then resume with --resume_from_checkpoint latest."
+    )
+
+
 def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_corpora, ood, *,
                        start: float | None = None):
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
@@ -224,15 +280,22 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     training_args = trainer.args
     output_dir = Path(training_args.output_dir)
     finished = finished_checkpoint(training_args)
-    if finished is None:
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint or None)
-        trainer.log_metrics("train", train_result.metrics)
-        trainer.save_metrics("train", train_result.metrics)
-    else:
-        say(f"{finished} is already at max_steps={training_args.max_steps}: training is done, evaluating its model")
-        load_finished_checkpoint(trainer, finished)
-    trainer.save_model()
-    trainer.save_state()
+    try:
+        if finished is None:
+            train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint or None)
+            trainer.log_metrics("train", train_result.metrics)
+            trainer.save_metrics("train", train_result.metrics)
+        else:
+            say(f"{finished} is already at max_steps={training_args.max_steps}: training is done, evaluating its "
+                "model")
+            load_finished_checkpoint(trainer, finished)
+        trainer.save_model()
+        trainer.save_state()
+    except Exception as error:
+        disk_full = _disk_full(trainer, error)
+        if disk_full is None:
+            raise
+        raise disk_full from error
 
     say(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
     metrics = trainer.evaluate(eval_corpora)
@@ -269,17 +332,12 @@ def finished_checkpoint(training_args) -> str | None:
     A driver that reruns interrupted runs with ``--resume_from_checkpoint latest`` meets runs whose training
     ended (the Trainer saves a checkpoint at the last step) but whose evaluation was cut short. The Trainer
     would take one more step from such a checkpoint, so ``UATTrainer.train`` refuses it; ``uat-train``
-    evaluates it instead. Anything else, a missing or torn checkpoint included, goes to ``train``, which
-    resumes it or says what is wrong.
+    evaluates it instead. A checkpoint that cannot be resumed is refused (``ValueError``), as ``train`` would.
     """
-    resume = training_args.resume_from_checkpoint
-    if not resume or training_args.max_steps <= 0:
+    if training_args.max_steps <= 0:
         return None
-    exact = not training_args.allow_inexact_resume
-    if str(resume).strip().lower() in LATEST:
-        folder = last_complete_checkpoint(training_args.output_dir, needs_balancing_state=exact)
-    else:
-        folder = None if checkpoint_problem(resume, needs_balancing_state=exact) else resume
+    folder = resolve_resume_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint,
+                                       exact=not training_args.allow_inexact_resume)
     if folder is None:
         return None
     step = TrainerState.load_from_json(os.path.join(folder, TRAINER_STATE_NAME)).global_step
@@ -303,7 +361,8 @@ def _scores(metrics: dict[str, float], name: str) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``uat-train``; returns 0 on success, 2 for bad input (reported before training)."""
+    """Entry point of ``uat-train``; returns 0 on success, 2 for bad input (reported before training), 1 when
+    the disk filled up during training."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         training_args, data_args, model_args, run_args, recipe = parse_arguments(argv)
@@ -316,7 +375,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 2
-    train_and_evaluate(trainer, data_args, recipe, eval_corpora, ood, start=start)
+    try:
+        train_and_evaluate(trainer, data_args, recipe, eval_corpora, ood, start=start)
+    except DiskFullError as error:
+        print(f"uat-train: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

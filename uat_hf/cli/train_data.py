@@ -249,6 +249,24 @@ def check_model_lengths(model, data_args: DataArguments) -> None:
     check_lengths(getattr(model.config, "max_position_embeddings", None), data_args)
 
 
+def position_limit(model_args: ModelArguments) -> int | None:
+    """The model's ``max_position_embeddings``, read from its config alone (no weights), or ``None`` where the
+    config cannot be read yet (``build_model`` then says why)."""
+    overrides = model_args.config_overrides()
+    if model_args.is_preset:
+        from ..presets import MODEL_PRESETS
+
+        return overrides.get("max_position_embeddings",
+                             MODEL_PRESETS[model_args.model_name_or_path]["max_position_embeddings"])
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_args.model_name_or_path, trust_remote_code=False, **overrides)
+    except (OSError, ValueError):
+        return None
+    return getattr(config, "max_position_embeddings", None)
+
+
 def check_lengths(limit: int | None, data_args: DataArguments) -> None:
     for name in ("max_source_length", "max_target_length"):
         if limit is not None and getattr(data_args, name) > limit:
