@@ -273,6 +273,26 @@ CASES: list[Case] = [
          lambda e: config(e, scorer_lr=math.nan)),
     Case("max-tokens-zero", "`max_tokens=0`", "UATConfig", "max_tokens must be >= 1 or unset, got 0",
          lambda e: config(e, max_tokens=0)),
+    Case("scorer-lr-infinite", "`scorer_lr=inf`", "UATConfig", "scorer_lr must be a finite number >= 0, got inf",
+         lambda e: config(e, scorer_lr=math.inf)),
+    # --- the Trainer's own numbers (refused by name before the optimizer or scheduler meets them) ---
+    Case("lr-negative", "`--learning_rate -1`", "command line", "learning_rate must be > 0, got -1.0",
+         lambda e: parse(e, "--learning_rate", "-1")),
+    Case("lr-nan", "`learning_rate=nan`", "UATConfig", "learning_rate must be > 0, got nan",
+         lambda e: config(e, learning_rate=math.nan)),
+    Case("max-steps-below-minus-one", "`--max_steps -2`", "command line", "max_steps must be >= -1, got -2",
+         lambda e: parse(e, "--max_steps", "-2")),
+    Case("adam-beta-one", "`adam_beta2=1.0`", "UATConfig", "adam_beta2 must be >= 0 and < 1, got 1.0",
+         lambda e: config(e, adam_beta2=1.0)),
+    Case("grad-norm-negative", "`max_grad_norm=-1`", "UATConfig", "max_grad_norm must be >= 0 or unset, got -1",
+         lambda e: config(e, max_grad_norm=-1.0)),
+    Case("batch-size-zero", "`--per_device_train_batch_size 0`", "command line",
+         "per_device_train_batch_size must be >= 1, got 0",
+         lambda e: parse(e, "--per_device_train_batch_size", "0")),
+    Case("label-smoothing-one", "`label_smoothing_factor=1`", "UATConfig",
+         "label_smoothing_factor must be >= 0 and < 1, got 1", lambda e: config(e, label_smoothing_factor=1)),
+    Case("seed-negative", "`--seed -1`", "command line", "seed must be >= 0 and < 4294967296, got -1",
+         lambda e: parse(e, "--seed", "-1")),
     # --- hand-given probabilities ---
     Case("probs-negative", "`--corpus_probabilities '{\"news\": -0.5, \"law\": 1.5}'`", "command line",
          "probability of corpus 'news' is negative (-0.5)",
@@ -453,8 +473,11 @@ warning) | `test_resume.py::test_a_checkpoint_without_the_balancing_state_is_ref
 | the same, with the callback on a stock `Trainer` | `Cannot resume exactly at step 5: …/uat_balancing_state.json is \
 missing …` | same |
 | `resume_from_checkpoint=True` / `"true"` / `"latest"` with no complete checkpoint | `No complete checkpoint found \
-in output_dir …` (empty or torn `checkpoint-N` folders are skipped with a warning) | `test_checkpoints.py`, \
-`test_resume.py::test_resume_true_skips_empty_and_torn_checkpoints_and_continues_exactly` |
+in output_dir '…' to resume from ('…/checkpoint-2': '…/uat_balancing_state.json' is missing …). Resume inexactly \
+(allow_inexact_resume=True, uat-train --allow_inexact_resume, …)` — or, when every folder is torn, `… Remove the torn \
+checkpoint folders and train afresh …` (empty or torn `checkpoint-N` folders are skipped with a warning) | \
+`test_checkpoints.py`, `test_resume.py::test_resume_true_skips_empty_and_torn_checkpoints_and_continues_exactly`, \
+`test_refusals.py` |
 | a checkpoint already at `max_steps` | `Checkpoint … is already at step 5 and max_steps is 5: nothing is left to \
 train …` | `test_resume.py::test_resume_from_a_checkpoint_at_max_steps_is_refused_before_any_step` |
 | a dynamic strategy trained by epochs whose run is shorter than `update_every` | `update_every=1000 >= max_steps=N \
@@ -463,12 +486,25 @@ train …` | `test_resume.py::test_resume_from_a_checkpoint_at_max_steps_is_refu
 
 `uat-train` also refuses, before reading any data, an `output_dir` that is an existing file (`output_dir \
 '…/results.txt'
-cannot be created as a directory: '…/results.txt' is a file …`; `test_cli_inputs.py`), and a model, tokenizer or
-recipe given as a Hub id that cannot be loaded offline (`could not load model 'org/name' from the Hugging Face
-Hub: offline mode is on …`; `test_cli_inputs.py`).
+cannot be created as a directory: '…/results.txt' is a file …`; `test_cli_inputs.py`), one that cannot be created
+(`output_dir '/proc/x' cannot be created (No such file or directory); give a writable folder.`), a model, tokenizer
+or recipe given as a Hub id that cannot be loaded offline (`could not load model 'org/name' from the Hugging Face
+Hub: offline mode is on …`; `test_cli_inputs.py`), a `max_source_length` / `max_target_length` above the model's
+`max_position_embeddings` (read from the preset or the pretrained model's config, before any data is read), and a
+`resume_from_checkpoint` that cannot be met (the messages above, as one `uat-train: error:` line; `test_refusals.py`).
+
+Before the first step, `uat-train` checks that the first checkpoint (weights plus Adam's two moments) and the final
+model fit in `output_dir`'s free space: `output_dir '…' has 0.29 MB free, but the first checkpoint (about 0.47 MB:
+weights and optimizer state) and the final model (0.16 MB) need about 0.63 MB. Free some space or give an output_dir
+on a larger disk.` If the disk fills up later anyway, the run ends (exit code 1) with `output_dir '…' ran out of
+space while saving at step 2 (… free; a checkpoint needs about …); the torn '…/checkpoint-2' was removed. Free some
+space, then resume with --resume_from_checkpoint latest.` (`test_refusals.py`; those two tests mount a small tmpfs
+and are skipped without root).
 
 A torn last line in `balancing_history.jsonl` (a run killed while writing it) is dropped on resume, with a
-warning, rather than refused.
+warning (`The last line of …/balancing_history.jsonl is torn …`), rather than refused. Temporary `.tmp-*.json`
+files that a kill during a checkpoint write leaves in `output_dir` or its checkpoint folders are removed on resume,
+with a warning.
 
 ## Safe loading
 
