@@ -68,7 +68,7 @@ NUMBER_RULES = (
     NumberRule("eval_accumulation_steps", 1, optional=True),
     NumberRule("logging_steps", 0, strict=True),
     NumberRule("save_steps", 0, strict=True),
-    NumberRule("eval_steps", 0, strict=True, optional=True),
+    NumberRule("eval_steps", 0, optional=True),  # 0, like unset, means logging_steps
     NumberRule("dataloader_num_workers", 0),
     NumberRule("seed", 0, high=2**32),
     NumberRule("data_seed", 0, high=2**32, optional=True),
