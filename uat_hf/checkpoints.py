@@ -6,7 +6,9 @@ worse, continues from half a state. Here a checkpoint counts as complete only wh
 are there and parse: the Trainer's ``trainer_state.json`` (written after the weights, optimizer and RNG
 states) and the balancing state (``UATTrainer`` writes it before the Trainer's state; under a stock trainer
 the callback's ``on_save`` writes it after). Our own files are written atomically (a temporary file renamed
-over the target), so they are either whole or absent.
+over the target), so they are either whole or absent; a kill mid-write leaves a ``.tmp-*.json`` that a resume
+removes. What a checkpoint will take on disk is estimated here too, so that a disk too small for it is refused
+before training and a save that a full disk cut short is removed rather than left torn.
 
 The names of the files a balancing run writes are defined here, in a module that imports neither torch nor
 the Trainer, so that readers of a run's output (:mod:`uat_hf.plotting`) stay light.
