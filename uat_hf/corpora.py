@@ -29,6 +29,7 @@ import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from .causal_data import CausalPrompt, tokenize_causal_corpus
 from .corpus_files import FILE_BUILDERS, builder_for, csv_kwargs, invalid_utf8_message, may_be_invalid_utf8, text_files
 from .corpus_formats import read_format
 from .corpus_specs import (
@@ -56,6 +57,7 @@ from .tokenization import check_tags_in_vocab
 __all__ = [
     "BUNDLED_DIR",
     "DIRECTIONS",
+    "CausalPrompt",
     "SPLITS",
     "CorpusSpec",
     "PreprocessingConfig",
@@ -116,6 +118,7 @@ def load_corpora(
     max_target_length: int = 256,
     num_proc: int | None = None,
     cache_dir: str | None = None,
+    prompt: CausalPrompt | None = None,
 ) -> dict[str, dict[str, datasets.Dataset]]:
     """Load, preprocess, tag and tokenize every corpus: ``{split: {corpus_name: Dataset}}``.
 
@@ -125,8 +128,16 @@ def load_corpora(
     (:func:`~uat_hf.language_codes.corpus_language_codes`, ``language_codes`` mapping a language to its code
     where the table has none), checked against ``tokenizer`` first. A split a spec does not define
     (``None`` for local files) is left out of that split's dict.
+
+    ``prompt`` (a :class:`~uat_hf.causal_data.CausalPrompt`) makes prompt + completion examples for a
+    decoder-only model instead (:func:`~uat_hf.causal_data.tokenize_causal_corpus`); the prompt names the
+    languages, so ``tags`` must then be ``"auto"`` or ``None`` and no tag is added.
     """
     check_unique_names(spec.name for spec in specs)
+    if prompt is not None and tags not in ("auto", None, "none"):
+        raise ValueError(f"tags={tags!r} with a causal-LM prompt: the prompt names the target language; leave tags "
+                         "as 'auto' or None.")
+    tags = None if prompt is not None else tags
     preprocessing = preprocessing or PreprocessingConfig()
     tag_of = corpus_tags(specs, tags)
     check_tags_in_vocab(tokenizer, sorted({tag for tag in tag_of.values() if tag}))
@@ -142,6 +153,12 @@ def load_corpora(
                 continue
             raw = load_corpus_split(spec, split, cache_dir=cache_dir)
             pairs = preprocess(raw, preprocessing, corpus=spec.name, split=split)
+            if prompt is not None:
+                result[split][spec.name] = tokenize_causal_corpus(
+                    pairs, tokenizer, spec, prompt, max_source_length=max_source_length,
+                    max_target_length=max_target_length, num_proc=num_proc,
+                )
+                continue
             pairs = add_language_tags(pairs, target_tag=tag_of[spec.name])
             result[split][spec.name] = tokenize_corpus(
                 pairs, tokenizer, max_source_length=max_source_length, max_target_length=max_target_length,

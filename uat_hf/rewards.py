@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .causal_model import causal_target_logits, is_causal_lm
 from .columns import MODEL_COLUMNS
 
 __all__ = [
@@ -147,8 +148,11 @@ def target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: tor
     with its own decoder-start convention; the base model alone would not (BART's would shift the source).
     A peft model is read through its base model, whose layers carry the adapters. A sharded model
     (:func:`sharding`) is called as a whole: its root gathers the parameters its submodules share, so the
-    output layer then runs at every position.
+    output layer then runs at every position. A decoder-only model's logits are shifted by one
+    (:func:`~uat_hf.causal_model.causal_target_logits`).
     """
+    if is_causal_lm(model):
+        return causal_target_logits(model, batch, mask, whole=sharding(model) is not None)
     if "decoder_input_ids" not in batch:
         inputs = {k: batch[k] for k in MODEL_COLUMNS if k in batch}
         return model(**inputs).logits[mask]
