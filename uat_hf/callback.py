@@ -179,10 +179,14 @@ class CorpusBalancingCallback(TrainerCallback):
             self.update(model, state.global_step, args.output_dir if args.should_save else None)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        # Under a stock Trainer: add the last update's numbers to the training entry the loggers after us receive
-        # (the entry in state.log_history was copied before callbacks run; UATTrainer.log adds them there too).
+        # Under a stock Trainer (Trainer, Seq2SeqTrainer, TRL's SFTTrainer): add the last update's numbers to the
+        # training entry the loggers after us receive, and to its copy the Trainer has just appended to
+        # state.log_history (UATTrainer.log adds them before either is made, leaving nothing to pop here).
         if logs is not None and ("loss" in logs or "train_loss" in logs):
-            logs.update(self.pop_logs())
+            numbers = self.pop_logs()
+            logs.update(numbers)
+            if numbers and state.log_history and state.log_history[-1].get("step") == state.global_step:
+                state.log_history[-1].update(numbers)
 
     def on_save(self, args, state, control, **kwargs):
         if self.saves_on_save and args.should_save:

@@ -19,6 +19,7 @@ What it adds to the stock trainer, and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -34,6 +35,8 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput
 
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
+from .causal_eval import continuation, first_line, left_padding, prompt_only
+from .causal_model import is_causal_lm
 from .checkpoints import BALANCING_STATE_FILE, remove_stray_temporaries, resolve_resume_checkpoint
 from .columns import REFERENCE_COLUMN
 from .distribution import CorpusDistribution
@@ -268,10 +271,17 @@ class UATTrainer(Seq2SeqTrainer):
         if not self.args.predict_with_generate:
             raise ValueError("UATTrainer scores generated translations: set predict_with_generate=True (the "
                              "UATConfig default).")
+        causal = is_causal_lm(self.model)
+        if causal:  # generate after the prompt only, left-padded; max_length would count the prompt
+            dataset = prompt_only(dataset)
+            gen_kwargs = {"max_new_tokens": self.args.generation_max_length or 256, **gen_kwargs}
         order = _longest_source_first_order(dataset)
-        output = super().predict(dataset.select(order), ignore_keys, metric_key_prefix, **gen_kwargs)
+        with left_padding(self.processing_class) if causal else contextlib.nullcontext():
+            output = super().predict(dataset.select(order), ignore_keys, metric_key_prefix, **gen_kwargs)
         output = _in_original_order(output, order)
         hypotheses = detokenize(self.processing_class, output.predictions)[: len(dataset)]
+        if causal:
+            hypotheses = [first_line(text) for text in hypotheses]
         if references is not None:
             scores, signatures = translation_scores(hypotheses, references, bleu_tokenize=self.args.bleu_tokenize)
             self.metric_signatures.update(signatures)
@@ -284,7 +294,11 @@ class UATTrainer(Seq2SeqTrainer):
         # and then asks the model for a loss it cannot compute: translate such rows without a loss.
         if "labels" in inputs and inputs["labels"] is None:
             inputs = {key: value for key, value in inputs.items() if key != "labels"}
-        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs)
+        loss, generated, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys,
+                                                          **gen_kwargs)
+        if generated is not None and is_causal_lm(self.model):  # a decoder-only model returns prompt + answer
+            generated = continuation(generated, inputs["input_ids"].shape[1])
+        return loss, generated, labels
 
     def _references_of(self, name: str, dataset: Dataset) -> list[str]:
         if name in self._references and dataset is self.eval_corpora.get(name):
