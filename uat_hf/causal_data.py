@@ -19,8 +19,10 @@ rewards read it unchanged: ``input_ids`` (prompt + completion), ``attention_mask
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 from transformers import PreTrainedTokenizerBase
@@ -29,7 +31,9 @@ from .columns import REFERENCE_COLUMN
 from .corpus_specs import CorpusSpec
 from .measures import IGNORE_INDEX
 
-__all__ = ["DEFAULT_TEMPLATE", "LANGUAGE_NAMES", "CausalPrompt", "prompt_lengths", "tokenize_causal_corpus"]
+__all__ = [
+    "DEFAULT_TEMPLATE", "LANGUAGE_NAMES", "PROMPT_FILE", "CausalPrompt", "prompt_lengths", "tokenize_causal_corpus",
+]
 
 #: The plain prompt: the languages in words, the source, a newline after which the translation follows.
 DEFAULT_TEMPLATE = "Translate {source_language} to {target_language}:\n{source}\n"
@@ -45,6 +49,8 @@ LANGUAGE_NAMES = {
 }
 
 _FIELDS = ("source", "source_language", "target_language")
+#: Where :meth:`CausalPrompt.save_pretrained` writes the prompt, beside the model.
+PROMPT_FILE = "translation_prompt.json"
 
 
 @dataclass
@@ -76,6 +82,23 @@ class CausalPrompt:
 
     def language_name(self, code: str) -> str:
         return self.language_names.get(code) or LANGUAGE_NAMES.get(code.split("_")[0].split("-")[0].lower(), code)
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write the prompt beside the model (``translation_prompt.json``): ``uat-evaluate`` must ask the
+        trained model exactly as it was trained."""
+        path = Path(directory) / PROMPT_FILE
+        path.write_text(json.dumps({"template": self.template if isinstance(self.template, str)
+                                    else dict(self.template), "chat": self.chat,
+                                    "language_names": dict(self.language_names)}, indent=2), encoding="utf-8")
+        return path
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path) -> CausalPrompt:
+        """The prompt saved with a model, or the default one for a model saved without it (a Hub model)."""
+        path = Path(directory) / PROMPT_FILE
+        if not path.is_file():
+            return cls()
+        return cls(**json.loads(path.read_text(encoding="utf-8")))
 
     def prompt_text(self, spec: CorpusSpec, source: str) -> str:
         """The formatted prompt of one source sentence of corpus ``spec`` (before any chat template)."""

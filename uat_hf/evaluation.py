@@ -23,6 +23,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 from transformers import AutoModelForSeq2SeqLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from .causal_models import is_causal_checkpoint, load_causal_model
 from .corpus_specs import SPLITS, CorpusSpec, corpus_specs_from_directory
 from .hub_errors import is_hub_id
 from .tokenization import load_tokenizer
@@ -49,7 +50,8 @@ HYPOTHESIS_SUFFIX = ".txt"
 def load_translation_model(
     model_name_or_path: str, tokenizer_name_or_path: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A seq2seq model and its tokenizer from a local directory or a Hub id (remote code is never executed)."""
+    """A seq2seq or decoder-only model (told apart by its config; a saved LoRA adapter is merged into its base
+    model) and its tokenizer, from a local directory or a Hub id (remote code is never executed)."""
     if not Path(model_name_or_path).is_dir() and not is_hub_id(model_name_or_path):
         raise FileNotFoundError(
             f"Model {model_name_or_path!r} is neither a model directory (save_pretrained / trainer.save_model "
@@ -63,7 +65,10 @@ def load_translation_model(
             f"Could not load a tokenizer from {tokenizer_source!r} ({error}). Save the tokenizer beside the model "
             "(trainer.save_model does so when the trainer has processing_class) or pass its location separately."
         ) from error
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, trust_remote_code=False)
+    if is_causal_checkpoint(model_name_or_path):
+        model = load_causal_model(model_name_or_path)
+    else:
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, trust_remote_code=False)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         raise ValueError(
             f"The tokenizer of {tokenizer_source!r} has {len(tokenizer)} tokens but the model only "

@@ -20,6 +20,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from .causal_models import build_causal_model, is_causal_checkpoint
 from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_id, is_hub_unreachable
 
 _FAIRSEQ_STYLE: dict[str, Any] = {
@@ -71,6 +72,7 @@ def build_model(
     *,
     num_beams: int | None = None,
     max_length: int | None = None,
+    lora: dict | None = None,
     **overrides: Any,
 ) -> PreTrainedModel:
     """A randomly initialised ``MarianMTModel`` from a preset, or a pretrained seq2seq model.
@@ -85,7 +87,20 @@ def build_model(
             model its own generation config is kept unless they are given.
         **overrides: ``MarianConfig`` fields (e.g. ``dropout=0.2``) on top of the preset, or config
             attributes passed to ``from_pretrained``.
+        lora: ``peft.LoraConfig`` fields: train a LoRA adapter (decoder-only models only).
+
+    A decoder-only preset or checkpoint (:func:`~uat_hf.causal_models.is_causal_checkpoint`) is built by
+    :func:`~uat_hf.causal_models.build_causal_model`; its generation length is counted in new tokens at
+    translation time, so ``max_length`` is not set on it.
     """
+    if is_causal_checkpoint(preset_or_path):
+        model = build_causal_model(preset_or_path, tokenizer, lora=lora, **overrides)
+        if num_beams is not None:
+            model.generation_config.num_beams = num_beams
+        return model
+    if lora:
+        raise ValueError(f"lora is supported for decoder-only models; {preset_or_path!r} is a seq2seq model (wrap it "
+                         "with peft.get_peft_model yourself, see docs/distributed.md).")
     if preset_or_path in MODEL_PRESETS:
         model = _model_from_preset(preset_or_path, tokenizer, overrides)
         num_beams = _DEFAULT_NUM_BEAMS if num_beams is None else num_beams

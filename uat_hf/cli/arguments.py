@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..causal_models import CAUSAL_PRESETS
 from ..corpus_specs import DIRECTIONS, SPLITS, CorpusSpec, resolve_bundled
 from ..hub_errors import is_hub_id
 from ..language_codes import CODE_SCHEMES
@@ -209,6 +210,17 @@ class DataArguments:
         metadata={"help": "language_tags nllb/m2m100/mbart50: language → code where the table has none, e.g. "
                   "{sr: srp_Latn} (JSON on the command line); a language spelled as a code needs none."},
     )
+    prompt_template: str | None = field(
+        default=None,
+        metadata={"help": "Decoder-only models: the prompt before each translation, with {source}, "
+                  "{source_language} and {target_language}; default: uat_hf.causal_data.DEFAULT_TEMPLATE, "
+                  "'Translate {source_language} to {target_language}:' and the source on its own line."},
+    )
+    chat_template: bool = field(
+        default=False,
+        metadata={"help": "Decoder-only instruct models: put the prompt as a user turn through the tokenizer's chat "
+                  "template."},
+    )
     eval_split: str = field(
         default="test",
         metadata={
@@ -325,6 +337,12 @@ class ModelArguments:
         },
     )
 
+    lora: dict | str | None = field(
+        default=None,
+        metadata={"help": "Decoder-only models: train a LoRA adapter with these peft LoraConfig fields, e.g. {r: 16, "
+                  "lora_alpha: 32, lora_dropout: 0.1, target_modules: [q_proj, v_proj]}; needs pip install "
+                  "'uat-hf[peft]'."},
+    )
     generation_overrides: dict | str | None = field(
         default=None,
         metadata={
@@ -338,9 +356,10 @@ class ModelArguments:
         if not self.model_name_or_path:
             raise ValueError("model_name_or_path is empty; give a preset name, a model directory or a Hub id.")
         name = self.model_name_or_path
-        if name not in MODEL_PRESETS and not Path(name).is_dir() and not is_hub_id(name):
+        presets = [*MODEL_PRESETS, *CAUSAL_PRESETS]
+        if name not in presets and not Path(name).is_dir() and not is_hub_id(name):
             raise ValueError(
-                f"model_name_or_path {name!r} is not a preset ({', '.join(MODEL_PRESETS)}), not a local model "
+                f"model_name_or_path {name!r} is not a preset ({', '.join(presets)}), not a local model "
                 "directory and not a Hub id of the form org/name."
             )
         if self.tokenizer_model not in TOKENIZER_MODELS:
@@ -354,6 +373,7 @@ class ModelArguments:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
         self.model_overrides = _as_mapping(self.model_overrides, "model_overrides")
         self.generation_overrides = _as_mapping(self.generation_overrides, "generation_overrides")
+        self.lora = _as_mapping(self.lora, "lora")
         if self.generation_overrides:
             from transformers import GenerationConfig
 
@@ -364,7 +384,14 @@ class ModelArguments:
 
     @property
     def is_preset(self) -> bool:
-        return self.model_name_or_path in MODEL_PRESETS
+        return self.model_name_or_path in MODEL_PRESETS or self.model_name_or_path in CAUSAL_PRESETS
+
+    @property
+    def is_causal(self) -> bool:
+        """A decoder-only model (causal preset, or a checkpoint whose config says so): it reads prompts."""
+        from ..causal_models import is_causal_checkpoint
+
+        return is_causal_checkpoint(self.model_name_or_path)
 
     def config_overrides(self) -> dict[str, Any]:
         """Config fields to set on the model: ``model_overrides`` plus the dropout fields that are set."""

@@ -30,6 +30,8 @@ from typing import Any
 
 import datasets
 
+from ..causal_data import CausalPrompt
+from ..causal_model import is_causal_lm
 from ..corpora import load_corpora
 from ..evaluation import (
     eval_set_specs,
@@ -89,8 +91,11 @@ def _run(args: EvaluateArguments) -> None:
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, args)  # forced_bos_token_id per corpus
     # Read and tokenize the test sets exactly as uat-train reads its evaluation corpora (tags or codes included).
     limit = source_length_limit(model, tokenizer, args.max_source_length)
-    corpora = load_corpora(in_domain + ood, tokenizer, splits=(split,), tags=args.language_tags,
-                           language_codes=args.language_codes, max_source_length=limit, max_target_length=limit)[split]
+    # A decoder-only model is asked with the prompt it was trained with (saved beside it by uat-train).
+    prompt = CausalPrompt.from_pretrained(args.model_name_or_path) if is_causal_lm(model) else None
+    corpora = load_corpora(in_domain + ood, tokenizer, splits=(split,), tags=None if prompt else args.language_tags,
+                           language_codes=args.language_codes, max_source_length=limit, max_target_length=limit,
+                           prompt=prompt)[split]
     if args.max_eval_examples is not None:
         corpora = {name: ds.select(range(min(args.max_eval_examples, len(ds)))) for name, ds in corpora.items()}
     sizes = {name: len(dataset) for name, dataset in corpora.items()}

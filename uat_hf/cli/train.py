@@ -56,6 +56,7 @@ from .train_data import (
     InputError,
     build_specs,
     build_tokenizer,
+    causal_prompt,
     check_before_training,
     check_lengths,
     check_model_lengths,
@@ -180,7 +181,8 @@ def prepare(
     check_lengths(position_limit(model_args), data_args)  # cheap early check, before any data is read
     specs, eval_specs = build_specs(data_args)
     codes = language_codes_for(specs + eval_specs, data_args, model_args)
-    tag_of, eval_tag_of = tags_for(specs, eval_specs, data_args.language_tags)
+    prompt = causal_prompt(data_args) if model_args.is_causal else None
+    tag_of, eval_tag_of = tags_for(specs, eval_specs, "none" if prompt else data_args.language_tags)
     tags = sorted({t for t in list(tag_of.values()) + list(eval_tag_of.values()) if t})
     say(
         f"corpora: {', '.join(f'{s.name} ({s.source_lang}→{s.target_lang})' for s in specs)}"
@@ -191,11 +193,13 @@ def prepare(
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)
     if training_args.should_save:
         tokenizer.save_pretrained(output_dir)
+        if prompt is not None:
+            prompt.save_pretrained(output_dir)
     say(f"tokenizer: {len(tokenizer)} tokens" + (f", language tags {tags}" if tags else "")
         + (f", {data_args.language_tags} codes " + ", ".join(f"{n} {c.source}→{c.target}" for n, c in codes.items())
            if codes else ""))
 
-    train, dev, eval_corpora, ood = load_data(data_args, specs, eval_specs, tokenizer, tag_of, eval_tag_of)
+    train, dev, eval_corpora, ood = load_data(data_args, specs, eval_specs, tokenizer, tag_of, eval_tag_of, prompt)
     check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora)
     say(
         "data: " + ", ".join(f"{n} {len(train[n])} train / {len(dev[n]) if n in dev else 0} dev" for n in train)
@@ -207,6 +211,7 @@ def prepare(
         tokenizer,
         num_beams=training_args.generation_num_beams,
         max_length=training_args.generation_max_length,
+        lora=model_args.lora,
         **model_args.config_overrides(),
     )
     check_model_lengths(model, data_args)

@@ -18,6 +18,7 @@ __all__ = [
     "SUBSAMPLE_SEED",
     "build_specs",
     "build_tokenizer",
+    "causal_prompt",
     "check_before_training",
     "check_lengths",
     "check_model_lengths",
@@ -171,7 +172,22 @@ def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: l
     )
 
 
-def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, eval_tag_of):
+def causal_prompt(data_args):
+    """The :class:`~uat_hf.causal_data.CausalPrompt` of ``data_args`` (``prompt_template``, ``chat_template``)."""
+    from ..causal_data import DEFAULT_TEMPLATE, CausalPrompt
+
+    if data_args.language_tags not in ("auto", "none"):
+        raise InputError(f"language_tags={data_args.language_tags!r} with a decoder-only model: its prompt names the "
+                         "target language; leave language_tags unset.")
+    try:
+        return CausalPrompt(template=data_args.prompt_template or DEFAULT_TEMPLATE, chat=data_args.chat_template)
+    except ValueError as error:
+        raise InputError(f"prompt_template: {error}") from None
+
+
+def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, eval_tag_of, prompt=None):
+    """``prompt`` (a :class:`~uat_hf.causal_data.CausalPrompt`): prompt + completion examples for a
+    decoder-only model, which take no tags."""
     from ..corpora import load_corpora
 
     preprocessing = PreprocessingConfig(
@@ -185,8 +201,11 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
         max_target_length=data_args.max_target_length,
         num_proc=data_args.preprocessing_num_workers,
         cache_dir=data_args.dataset_cache_dir,
+        prompt=prompt,
     )
     codes = data_args.language_tags in CODE_SCHEMES
+    if prompt is not None:
+        tag_of = eval_tag_of = None
     common.update(language_codes=data_args.language_codes)
     data = load_corpora(specs, tokenizer, preprocessing, splits=data_args.split_names(),
                         tags=data_args.language_tags if codes else tag_of, **common)
@@ -254,10 +273,11 @@ def position_limit(model_args: ModelArguments) -> int | None:
     config cannot be read yet (``build_model`` then says why)."""
     overrides = model_args.config_overrides()
     if model_args.is_preset:
+        from ..causal_models import CAUSAL_PRESETS
         from ..presets import MODEL_PRESETS
 
-        return overrides.get("max_position_embeddings",
-                             MODEL_PRESETS[model_args.model_name_or_path]["max_position_embeddings"])
+        preset = {**MODEL_PRESETS, **CAUSAL_PRESETS}[model_args.model_name_or_path]
+        return overrides.get("max_position_embeddings", preset["max_position_embeddings"])
     from transformers import AutoConfig
 
     try:
