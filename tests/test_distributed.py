@@ -42,3 +42,15 @@ def test_multiuat_two_ranks_agree_and_split_the_passes(tmp_path):
     # K·N passes per update split across the ranks, not duplicated: 3 updates × 4 corpora × 3 passes, each
     # dev batch being one sub-batch here; half of them on each rank.
     assert [ranks[r][-1]["passes"] for r in (0, 1)] == [18, 18]
+
+
+@pytest.mark.distributed
+def test_a_causal_lm_on_two_ranks_gets_identical_rewards_and_p(tmp_path):
+    """Decoder-only model, prompt + completion corpora: the shifted rewards and p agree bit for bit on both ranks."""
+    launch(HERE / "distributed" / "causal_run.py", tmp_path)
+    ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert all(json.loads((tmp_path / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
+    assert [r["step"] for r in ranks[0]] == [1, 2, 3, 4, 5, 6] == [r["step"] for r in ranks[1]]
+    for a, b in zip(*ranks):
+        assert a["p"] == b["p"] and a["rewards"] == b["rewards"]
+    assert ranks[0][-1]["rewards"] is not None and ranks[0][0]["p"] != ranks[0][-1]["p"]
