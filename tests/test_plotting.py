@@ -19,6 +19,7 @@ from uat_hf.plotting import (
     PROBABILITIES_PNG,
     REWARDS_PNG,
     average_cosine,
+    corpus_curves,
     load_history,
     plot_cosine_heatmap,
     plot_probabilities,
@@ -64,6 +65,17 @@ def test_probabilities_plot_is_a_png(tmp_path):
     path = plot_probabilities(run, tmp_path / "plots" / "p.png")
     assert path == tmp_path / "plots" / "p.png"
     assert_png(path)
+
+
+def test_probability_curves_start_at_the_prior_at_step_0():
+    prior = dict(zip(NAMES, [0.6, 0.3, 0.1]))
+    records = [record(25 * i, [0.5, 0.3, 0.2], prior=prior) for i in (1, 2)]
+    curves = corpus_curves(records)
+    assert curves["software"] == ([0, 25, 50], [0.6, 0.5, 0.5])
+    assert curves["dictionary"] == ([0, 25, 50], [0.1, 0.2, 0.2])
+    assert corpus_curves(records, "rewards")["bible"] == ([25, 50], [0.5, 0.5])  # no reward before step 1
+    # A history written before records carried the prior still plots, from its first update.
+    assert corpus_curves([record(25, [0.5, 0.3, 0.2])])["software"] == ([25], [0.5])
 
 
 def test_average_cosine_is_the_elementwise_mean_of_finite_matrices():
@@ -154,6 +166,13 @@ def test_real_multidds_run_plots_its_cosine_heatmap(tmp_path, corpora, tokenizer
     UATTrainer(tiny_model, args, train_corpora=train, dev_corpora=corpora["dev"], processing_class=tokenizer).train()
     names, mean, count = average_cosine(tmp_path / "run")
     assert names == list(train) and count == 2
+    # The p curves start at step 0 at the run's prior (proportional to the corpus sizes), then follow the updates.
+    history = load_history(tmp_path / "run")
+    sizes = {name: len(ds) for name, ds in train.items()}
+    for name, (steps, values) in corpus_curves(tmp_path / "run").items():
+        assert steps == [0, 1, 2]
+        assert values[0] == pytest.approx(sizes[name] / sum(sizes.values()))
+        assert values[1:] == [record["probabilities"][name] for record in history]
     assert np.all(np.abs(mean) <= 1.0 + 1e-6)
     written = plot_run(tmp_path / "run")
     assert [p.name for p in written] == [PROBABILITIES_PNG, REWARDS_PNG, COSINE_PNG]

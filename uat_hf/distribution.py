@@ -142,6 +142,7 @@ class CorpusDistribution:
                            dict(zip(self.names, self._p.round(4).tolist())))
             record["skipped"] = str(error)
         record["probabilities"] = self.as_dict()
+        record["prior"] = dict(zip(self.names, self._prior.tolist()))  # where p stood at step 0, for the plots
         self.history.append(record)
         return record
 

@@ -32,6 +32,7 @@ __all__ = [
     "PROBABILITIES_PNG",
     "REWARDS_PNG",
     "average_cosine",
+    "corpus_curves",
     "load_history",
     "plot_cosine_heatmap",
     "plot_probabilities",
@@ -135,8 +136,31 @@ def average_cosine(history_or_output_dir: HistorySource) -> tuple[list[str], np.
     return names, total / count, count
 
 
+def corpus_curves(history_or_output_dir: HistorySource, key: str = "probabilities"
+                  ) -> dict[str, tuple[list[int], list[float]]]:
+    """Each corpus's ``(steps, values)`` of ``key`` (``probabilities`` or ``rewards``) over the updates.
+
+    The probabilities start at step 0 at the prior, which every update record carries (``prior``): without
+    that point the first value drawn is p after the first update, and the move away from the prior, the very
+    thing MultiUAT does, is not on the plot. A history written before records carried the prior starts at its
+    first update. Rewards have no step-0 value.
+    """
+    history = load_history(history_or_output_dir)
+    prior = history[0].get("prior") if key == "probabilities" else None
+    steps = [int(record["step"]) for record in history]
+    curves = {}
+    for name in history[0][key]:
+        values = [float(record[key].get(name, math.nan)) for record in history]
+        if prior is None:
+            curves[name] = (steps, values)
+        else:
+            curves[name] = ([0, *steps], [float(prior.get(name, math.nan)), *values])
+    return curves
+
+
 def plot_probabilities(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
-    """One line per corpus: its sampling probability after each balancing update. Returns ``path``."""
+    """One line per corpus: its sampling probability from the prior at step 0 (when the history records it,
+    see :func:`corpus_curves`) through each balancing update. Returns ``path``."""
     history = load_history(history_or_output_dir)
     return _plot_per_corpus(history, "probabilities", "sampling probability p", Path(path),
                             title or _title("Corpus sampling probabilities", history))
@@ -194,14 +218,12 @@ def plot_run(output_dir: str | Path, out_dir: str | Path | None = None) -> list[
 
 
 def _plot_per_corpus(history: History, key: str, ylabel: str, path: Path, title: str) -> Path:
-    names = list(history[0][key])
-    steps = [int(record["step"]) for record in history]
+    curves = corpus_curves(history, key)
     figure = Figure(figsize=(7.5, 4.5), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     show_markers = len(history) <= 40
-    for index, name in enumerate(names):
-        values = [float(record[key].get(name, math.nan)) for record in history]
+    for index, (name, (steps, values)) in enumerate(curves.items()):
         # Line styles and markers vary too, so corpora with equal values stay visible on top of each other.
         axes.plot(steps, values, linestyle=_LINESTYLES[index % len(_LINESTYLES)], linewidth=1.8, label=name,
                   marker=_MARKERS[index % len(_MARKERS)] if show_markers else None, markersize=4)
@@ -209,7 +231,7 @@ def _plot_per_corpus(history: History, key: str, ylabel: str, path: Path, title:
     for index, step in enumerate(skipped):
         axes.axvline(step, color="grey", linestyle=":", linewidth=1, label="skipped update" if index == 0 else None)
     if key == "probabilities":
-        axes.set_ylim(0.0, min(1.0, 1.1 * max(max(r[key].values()) for r in history)) or 1.0)
+        axes.set_ylim(0.0, min(1.0, 1.1 * max(max(values) for _, values in curves.values())) or 1.0)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("training step")
     axes.set_ylabel(ylabel)
