@@ -21,19 +21,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import tempfile
 import threading
 import time
 
 import numpy as np
 import psutil
 import torch
-from transformers import DataCollatorForSeq2Seq
 
 from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.measures import eos_positions, position_statistics, sentence_uncertainty
-from uat_hf.packing import draw_token_batch, example_lengths, split_by_tokens
 from uat_hf.presets import build_model
 from uat_hf.tokenization import train_joint_tokenizer
+from uat_hf.uat_config import UATConfig
+from uat_hf.uat_trainer import UATTrainer
 from uat_hf.uncertainty import UncertaintyReward
 
 
@@ -86,6 +87,29 @@ def authors_style(model, dev_rows, collate, measure: str, k: int, eos: int) -> n
     return np.array(rewards)
 
 
+def library_dev_batches(model, tokenizer, dev: dict, options) -> tuple:
+    """The collator and the dev batches of the first update of a training run: drawn, sorted by length and
+    collated by the balancing callback of a ``UATTrainer``, as ``uat-train`` measures them. The trainer only
+    draws here; the dev sets stand in for the training corpora it needs."""
+    with tempfile.TemporaryDirectory() as out:
+        config = UATConfig(output_dir=out, strategy="multiuat", measure=options.measure, mc_samples=1,
+                           dev_batch_tokens=options.dev_tokens, use_cpu=model.device.type == "cpu", report_to=[],
+                           seed=0)
+        trainer = UATTrainer(model, config, train_corpora=dev, dev_corpora=dev, processing_class=tokenizer)
+        return trainer.data_collator, trainer.balancing.dev_batches()
+
+
+def unpadded_rows(batches: list[dict]) -> list[dict]:
+    """The dataset rows a list of collated batches was made from (padding and ignored labels removed)."""
+    rows = []
+    for batch in batches:
+        for ids, mask, labels in zip(batch["input_ids"], batch["attention_mask"], batch["labels"]):
+            source = ids[mask.bool()].tolist()
+            rows.append({"input_ids": source, "attention_mask": [1] * len(source),
+                         "labels": labels[labels != -100].tolist()})
+    return rows
+
+
 def training_precision(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     """The numeric setting both methods run in: autocast for bf16/fp16, TF32 matrix products for tf32."""
     if precision in ("bf16", "fp16"):
@@ -115,19 +139,11 @@ def main() -> None:
     tokenizer = train_joint_tokenizer([load_corpus_split(s, "train") for s in specs], vocab_size=options.vocab)
     dev = load_corpora(specs, tokenizer, splits=("dev",), max_source_length=128, max_target_length=128)["dev"]
     model = build_model(options.preset, tokenizer).to(device).eval()
-    collate = DataCollatorForSeq2Seq(tokenizer, model=model)
+    collate, dev_batches = library_dev_batches(model, tokenizer, dev, options)
     eos = model.config.eos_token_id
-
+    # The authors' batch holds the same sentences, unsorted, in one padded batch.
     rng = np.random.default_rng(0)
-    dev_rows, dev_batches = [], []
-    for dataset in dev.values():
-        columns = dataset.select_columns(["input_ids", "attention_mask", "labels"])
-        lengths = example_lengths(dataset, columns=("labels",))
-        chosen = draw_token_batch(lengths, options.dev_tokens, rng)
-        shuffled = rng.permutation(chosen)  # the authors' batch is not sorted by length
-        dev_rows.append([columns[int(i)] for i in shuffled])
-        chunks = split_by_tokens(chosen, lengths, 4096)
-        dev_batches.append([collate([columns[int(i)] for i in chunk]) for chunk in chunks])
+    dev_rows = [list(rng.permutation(unpadded_rows(batches))) for batches in dev_batches]
 
     print(f"model {options.preset}: {model.num_parameters() / 1e6:.1f}M parameters, device {device}, "
           f"N={len(dev_rows)} corpora, ~{options.dev_tokens} target tokens each, measure {options.measure}, "

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import DataCollatorForSeq2Seq
 
 from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
@@ -78,22 +77,21 @@ def main() -> None:
     best = {s: min(r) for s, r in runs.items()}  # fastest repeat: the least disturbed by the machine
     seconds = {s: b[0] for s, b in best.items()}
 
-    # Analytic bound for MultiUAT: N·K forward passes of one dev batch every S steps.
-    model = build_model(options.preset, tokenizer).to("cuda" if torch.cuda.is_available() else "cpu")
-    collate = DataCollatorForSeq2Seq(tokenizer, model=model)
-    dev = data["dev"]["descriptions"].select_columns(["input_ids", "attention_mask", "labels"])
-    rows, tokens = [], 0
-    for row in dev:
-        rows.append(row)
-        tokens += len(row["labels"])
-        if tokens >= options.dev_batch_tokens:
-            break
-    batch = [collate(rows)]
-    reward = UncertaintyReward("enteos", 10, eos_token_id=model.config.eos_token_id)
-    reward.compute(model, [batch])  # warm-up
+    # Analytic bound for MultiUAT: N·K forward passes of one dev batch every S steps. The dev batches are those
+    # of a training run's first update, drawn by the balancing callback of a UATTrainer.
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as out:
+        args = UATConfig(output_dir=out, strategy="multiuat", measure="enteos", mc_samples=10,
+                         dev_batch_tokens=options.dev_batch_tokens, report_to=[], seed=0,
+                         use_cpu=not torch.cuda.is_available())
+        trainer = UATTrainer(build_model(options.preset, tokenizer), args, train_corpora=data["train"],
+                             dev_corpora=data["dev"], processing_class=tokenizer)
+        dev_batches = trainer.balancing.dev_batches()
+    reward = UncertaintyReward("enteos", 10, eos_token_id=trainer.model.config.eos_token_id)
+    reward.compute(trainer.model, dev_batches)  # warm-up
     start = time.perf_counter()
-    reward.compute(model, [batch])
-    t_forward = (time.perf_counter() - start) / 10
+    reward.compute(trainer.model, dev_batches)
+    t_forward = (time.perf_counter() - start) / (10 * len(dev_batches))  # one MC pass on one corpus's dev batch
     n = len(data["train"])
     t_step = seconds[options.strategies[0]] / options.steps
     bound = 100 * n * options.mc_samples * t_forward / (options.update_every * t_step)
