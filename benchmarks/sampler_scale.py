@@ -37,16 +37,21 @@ def synthetic_corpus(rng: np.random.Generator, size: int, vocab: int = 8000) -> 
 
 
 def training_step_seconds(max_tokens: int, steps: int = 3) -> float:
-    """Seconds per optimizer step of the 'small' preset on a batch of ``max_tokens`` padded tokens."""
-    from transformers import MarianConfig, MarianMTModel
+    """Seconds per optimizer step of the 'small' preset on a batch of ``max_tokens`` padded tokens.
 
-    from uat_hf.presets import MODEL_PRESETS
+    The model is the one ``uat-train`` builds for ``model_name_or_path: small``: a joint BPE vocabulary of
+    8,000 tokens trained on the bundled sample, then :func:`~uat_hf.presets.build_model`."""
+    from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpus_split
+    from uat_hf.presets import build_model
+    from uat_hf.tokenization import train_joint_tokenizer
 
-    model = MarianMTModel(MarianConfig(**MODEL_PRESETS["small"], vocab_size=8000, pad_token_id=0, eos_token_id=1,
-                                       decoder_start_token_id=0))
+    specs = corpus_specs_from_directory(BUNDLED_DIR / "multidomain-en-de", "en", "de")
+    tokenizer = train_joint_tokenizer([load_corpus_split(s, "train") for s in specs], vocab_size=8000)
+    model = build_model("small", tokenizer)
+    vocab = len(tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rows, width = max_tokens // 32, 32
-    batch = {"input_ids": torch.randint(3, 8000, (rows, width)), "labels": torch.randint(3, 8000, (rows, width))}
+    batch = {"input_ids": torch.randint(3, vocab, (rows, width)), "labels": torch.randint(3, vocab, (rows, width))}
     model.train()
     times = []
     for _ in range(steps + 1):
@@ -78,9 +83,8 @@ def main() -> None:
         corpora = {f"c{i}": load_from_disk(str(Path(tmp) / f"c{i}")) for i in range(options.corpora)}  # memory-mapped
 
         start = time.perf_counter()
-        sizes = {name: len(dataset) for name, dataset in corpora.items()}
-        sampler = CorpusBatchSampler.from_datasets(corpora, CorpusDistribution.for_strategy("temperature", sizes),
-                                                   max_tokens=options.max_tokens, seed=0)
+        distribution = CorpusDistribution.for_strategy("temperature", {n: len(d) for n, d in corpora.items()})
+        sampler = CorpusBatchSampler.from_datasets(corpora, distribution, max_tokens=options.max_tokens, seed=0)
         iterator = iter(sampler)
         next(iterator)
         first_batch = time.perf_counter() - start

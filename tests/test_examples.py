@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 from nbclient import NotebookClient
 
 from uat_hf.checkpoints import HISTORY_FILE
@@ -52,17 +53,22 @@ def test_training_script_runs_under_accelerate_launch(tmp_path):
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
         str(EXAMPLES / "accelerate_configs" / "single_cpu.yaml"), str(EXAMPLES / "train_multiuat.py"),
-        "--output_dir", str(out), "--model", "tiny", "--max_train_examples", "200", "--max_eval_examples", "6",
-        "--vocab_size", "600", "--max_length", "32", "--max_steps", "4", "--update_every", "2", "--mc_samples", "2",
-        "--max_tokens", "400", "--generation_max_length", "8", "--disable_tqdm", "true", "--seed", "0",
+        # uat-train's own flags over its demo recipe (the script's default), shrunk to a tiny model and 4 steps.
+        "--output_dir", str(out), "--model_name_or_path", "tiny", "--model_overrides", "{}",
+        "--max_train_examples", "200", "--max_eval_examples", "6", "--vocab_size", "600", "--max_source_length", "32",
+        "--max_target_length", "32", "--max_steps", "4", "--update_every", "2", "--mc_samples", "2",
+        "--max_tokens", "400", "--generation_max_length", "8", "--generation_num_beams", "1",
+        "--disable_tqdm", "true", "--seed", "0",
     ]
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "Test set (multiuat, 4 steps)" in result.stdout and "mean" in result.stdout
+    assert "test results (per corpus)" in result.stdout and "mean" in result.stdout
+    recipe = yaml.safe_load((out / "recipe.yaml").read_text())  # the demo recipe, with the flags on top
+    assert recipe["strategy"] == "multiuat" and recipe["measure"] == "entsent" and recipe["max_steps"] == 4
     history = [json.loads(line) for line in (out / HISTORY_FILE).read_text().splitlines()]
     assert [record["step"] for record in history] == [2, 4]
-    for name in ("model.safetensors", "tokenizer.json", PROBABILITIES_PNG, REWARDS_PNG):
+    for name in ("model.safetensors", "tokenizer.json", "eval_results.json", PROBABILITIES_PNG, REWARDS_PNG):
         assert (out / name).is_file(), name
 
     # What the script saved is what uat-evaluate loads.
