@@ -126,6 +126,21 @@ def test_dev_batch_is_random_sorted_and_split_by_tokens():
     assert all(len(c) == 1 or len(c) * lengths[c].max() <= 200 for c in chunks)
 
 
+def test_dev_batches_count_max_of_source_and_target_tokens(corpora, collate):
+    """As the authors' fairseq batches (and the training batches): an example counts max(source, target) tokens.
+    Here the dev targets are cut to 3 tokens, so counting targets only would draw several times too many."""
+    dev = {name: ds.map(lambda row: {"labels": row["labels"][:3]}) for name, ds in corpora["dev"].items()}
+    sizes = {name: len(ds) for name, ds in corpora["train"].items()}
+    sampler = CorpusBatchSampler.from_datasets(corpora["train"], CorpusDistribution.for_strategy("multiuat", sizes),
+                                               max_tokens=400)
+    callback = CorpusBalancingCallback(sampler, reward=UncertaintyReward("exptp", 1), dev_corpora=dev,
+                                       collate_fn=collate, dev_batch_tokens=120)
+    for batches in callback.dev_batches():
+        tokens = sorted(max(int(s), int(t)) for batch in batches for s, t in
+                        zip(batch["attention_mask"].sum(1), (batch["labels"] != -100).sum(1)))
+        assert sum(tokens) >= 120 and sum(tokens) - tokens[-1] < 120, tokens
+
+
 def train_on(model, batches, steps: int, lr: float = 3e-3):
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()

@@ -229,3 +229,33 @@ def test_run_based_packing_equals_batch_by_batch_greedy_packing():
         assert np.diff(packed.bounds).tolist() == greedy(np.sort(sizes), budget)
         members = np.concatenate([packed[b] for b in range(len(packed))])
         assert sorted(members.tolist()) == list(range(len(sizes)))
+
+
+def epochs_per_corpus(sampler, epochs: int) -> np.ndarray:
+    """Examples drawn from each corpus over ``epochs`` sampler epochs, divided by the corpus's size."""
+    seen = np.zeros(len(sampler.names))
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        flat = np.concatenate([np.asarray(batch) for batch in sampler])
+        seen += np.bincount(np.searchsorted(sampler.offsets, flat, side="right") - 1, minlength=len(seen))
+    return seen / sampler.sizes
+
+
+@pytest.mark.parametrize("mix", [False, True])
+def test_proportional_sees_every_example_equally_often(corpora, mix):
+    """p is a share of examples: under proportional each corpus goes through the same number of epochs, also
+    with one corpus per token-budget batch, where the domains hold 23 to 41 examples per batch (bundled data)."""
+    lengths = {name: example_lengths(dataset) for name, dataset in corpora["train"].items()}
+    sampler = CorpusBatchSampler(lengths, max_tokens=1000, mix_corpora=mix, seed=0)
+    per_batch = sampler.examples_per_corpus_batch
+    assert per_batch.max() / per_batch.min() > 1.6  # batch shares and example shares really differ here
+    epochs = epochs_per_corpus(sampler, 400)
+    assert epochs.max() / epochs.min() < 1.05, dict(zip(sampler.names, epochs.round(1)))
+
+
+def test_batch_probabilities_divide_p_by_examples_per_batch():
+    sampler = CorpusBatchSampler({"short": [2] * 100, "long": [10] * 100}, [0.5, 0.5], max_tokens=20)
+    np.testing.assert_allclose(sampler.examples_per_corpus_batch, [10, 2])
+    np.testing.assert_allclose(sampler.batch_probabilities(), [1 / 6, 5 / 6])
+    mixed = CorpusBatchSampler({"short": [2] * 100, "long": [10] * 100}, [0.5, 0.5], max_tokens=20, mix_corpora=True)
+    np.testing.assert_allclose(mixed.batch_probabilities(), [0.5, 0.5])

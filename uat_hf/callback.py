@@ -60,7 +60,8 @@ class CorpusBalancingCallback(TrainerCallback):
         dev_corpora: tokenized trusted dev sets, one per training corpus (same names).
         collate_fn: turns a list of dataset rows into model inputs (the Trainer's data collator).
         update_every: S, optimizer steps between two updates.
-        dev_batch_tokens: target tokens drawn per dev corpus at each update.
+        dev_batch_tokens: tokens drawn per dev corpus at each update, an example counting max(source, target)
+            tokens as in the authors' fairseq batches (and as the training batches count them).
         sub_batch_tokens: padded-token cap of one forward pass during measurement.
         seed: must be the same on every rank.
         accelerator: the Trainer's ``accelerate.Accelerator`` (for the all-reduce); ``None`` on one process.
@@ -121,7 +122,7 @@ class CorpusBalancingCallback(TrainerCallback):
             _check_same_corpora(sampler.names, self.dev_corpora, "dev")
             if reward.needs_train_batches:
                 _check_same_corpora(sampler.names, self.train_corpora, "train")
-            self._dev_lengths = {n: _target_lengths(self.dev_corpora[n]) for n in sampler.names}
+            self._dev_lengths = {n: example_lengths(self.dev_corpora[n]) for n in sampler.names}
             self._train_lengths = (
                 {n: example_lengths(self.train_corpora[n]) for n in sampler.names}
                 if reward.needs_train_batches else {}
@@ -308,10 +309,6 @@ def _write_history(path: str, records: Sequence[Mapping]) -> None:
 def _rows(dataset, indices: Sequence[int]) -> list[dict]:
     batch = dataset[np.asarray(indices).tolist()]
     return [dict(zip(batch, values)) for values in zip(*batch.values())]
-
-
-def _target_lengths(dataset) -> np.ndarray:
-    return example_lengths(dataset, columns=("labels",))
 
 
 def _check_same_corpora(names: Sequence[str], corpora: Mapping[str, Any], kind: str) -> None:

@@ -15,6 +15,16 @@ vector therefore reaches training after at most that many batches (1–2 with th
 instance-level mixing, batches are drawn ``mix_pool_batches`` at a time (a pool, re-batched by length when
 larger than 1), and a new vector takes effect from the next pool.
 
+**What p is a share of: training examples.** ``p_n`` is the share of training *examples* (sentence pairs)
+drawn from corpus n, in both batching modes, so under ``proportional`` every example is seen about equally
+often. With instance-level mixing each example's corpus is drawn from p, so nothing needs converting. With
+one corpus per batch, batches of a token budget hold many short sentences or few long ones (on the bundled
+data 2.3x as many per batch in one domain as in another), so drawing each *batch's* corpus from p would make
+p a share of batches and over-sample the corpus of short sentences. The sampler therefore draws a batch's
+corpus from ``q_n ∝ p_n / e_n``, ``e_n`` being corpus n's mean examples per batch (:attr:`examples_per_corpus_batch`,
+its size over its batch count), which makes the expected share of examples p. (The authors' code gives every
+batch the same number of sentences, where batch shares and example shares coincide.)
+
 **What an epoch is.** ``len(sampler)`` batches: as many as one pass over every corpus makes (the sum of
 the corpora's batch counts). Which corpora fill them follows p, so within an epoch a corpus may be seen
 more than once (its examples are reshuffled each time it is exhausted) or only in part. Each corpus keeps
@@ -48,7 +58,10 @@ from .distribution import CorpusDistribution
 from .packing import PackedBatches, example_lengths, fits, pack_by_tokens, token_batch_bounds
 from .priors import temperature_prior, validate_probabilities
 
-STATE_VERSION = 3  # 2: records mix_pool_batches; 3: p belongs to the distribution (the sampler records what it saw)
+# 2: records mix_pool_batches; 3: p belongs to the distribution (the sampler records what it saw); 4: p is a share
+# of examples (one corpus per batch: batch corpora drawn from p / examples per batch), so a version-3 epoch replays
+# differently.
+STATE_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -66,9 +79,9 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
     Args:
         lengths: per corpus (in concatenation order), the token size of every example. Yielded indices are
             global: ``offsets[name] + local index``, matching ``datasets.concatenate_datasets`` in this order.
-        distribution: where p is read from before every batch: a
-            :class:`~uat_hf.distribution.CorpusDistribution` over the same corpora, or fixed probabilities
-            (default: proportional to size).
+        distribution: where p, each corpus's share of the training examples, is read from before every batch:
+            a :class:`~uat_hf.distribution.CorpusDistribution` over the same corpora, or fixed probabilities
+            (default: proportional to size, so every example is seen equally often).
         max_tokens: token budget per batch, padding counted (``len(batch) * max(size)``); examples of similar
             length are grouped. Mutually exclusive with ``batch_size``.
         batch_size: examples per batch, when no token budget is given.
@@ -128,6 +141,10 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             [self._pack_by_tokens(i) for i in range(len(self.names))] if max_tokens is not None else None
         )
         self._epoch_length = int(sum(self._num_corpus_batches(i) for i in range(len(self.names))))
+        #: Mean examples per batch of each corpus (size / batch count): converts p, a share of examples, into
+        #: the probability of drawing a corpus for a batch (one corpus per batch only).
+        self.examples_per_corpus_batch = self.sizes / np.array(
+            [self._num_corpus_batches(i) for i in range(len(self.names))], dtype=np.float64)
 
         if not isinstance(distribution, CorpusDistribution):
             p = temperature_prior(self.sizes, 1.0) if distribution is None else distribution
@@ -168,6 +185,19 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
     def probabilities(self) -> np.ndarray:
         """The live distribution over corpora (a copy of the distribution's p)."""
         return self.distribution.probabilities
+
+    def batch_probabilities(self, p: np.ndarray | None = None) -> np.ndarray:
+        """The probability that a batch is drawn from each corpus, for example shares ``p`` (default: live p).
+
+        With one corpus per batch, ``q_n ∝ p_n / e_n`` (``e_n``: :attr:`examples_per_corpus_batch`), so that
+        corpus n supplies a share p_n of the examples trained on; with instance-level mixing the corpus is
+        drawn per example and q is p.
+        """
+        p = self.probabilities if p is None else np.asarray(p, dtype=np.float64)
+        if self.mix_corpora:
+            return p
+        weights = p / self.examples_per_corpus_batch
+        return weights / weights.sum()
 
     def _sync(self) -> None:
         """Take a change of p made since the last batch: from the next batch on (position ``_drawn``)."""
@@ -251,7 +281,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             while next_change < len(self._schedule) and self._schedule[next_change].position <= position:
                 p = self._schedule[next_change].probabilities
                 next_change += 1
-            cumulative = np.cumsum(p)
+            cumulative = np.cumsum(self.batch_probabilities(p))
             if not self.mix_corpora:
                 corpus = _pick(cumulative, uniforms.random())
                 batch = (next(streams[corpus]) + self.offsets[corpus]).tolist()

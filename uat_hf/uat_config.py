@@ -160,7 +160,9 @@ class UATConfig(Seq2SeqTrainingArguments):
         },
     )
     dev_batch_tokens: int = field(
-        default=1024, metadata={"help": "Target tokens of the dev batch drawn per corpus at each update."}
+        default=1024,
+        metadata={"help": "Tokens of the dev batch drawn per corpus at each update (an example counts max(source, "
+                  "target) tokens, as in the authors' code)."},
     )
     mc_batch_mode: str = field(
         default="auto",
