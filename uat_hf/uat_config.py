@@ -216,6 +216,7 @@ class UATConfig(Seq2SeqTrainingArguments):
         self._check_prior_settings()
         for rule in NUMBER_RULES:
             rule.check(getattr(self, rule.name))
+        self._check_dataloader_settings()
         if self.scorer_prior_fit not in PRIOR_FITS:
             raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
                              f"{self.scorer_prior_fit!r}.")
@@ -231,6 +232,31 @@ class UATConfig(Seq2SeqTrainingArguments):
                 f"update_every={self.update_every} >= max_steps={self.max_steps}: strategy {self.strategy!r} would "
                 "never re-balance (the first update comes after update_every steps). Lower update_every or raise "
                 "max_steps, or use a static strategy."
+            )
+
+    def _check_dataloader_settings(self) -> None:
+        """Trainer settings of the training DataLoader that the corpus sampler, which builds every batch, would
+        silently ignore: refused, each with what to do instead."""
+        if self.train_sampling_strategy != "random":
+            raise ValueError(
+                f"train_sampling_strategy={self.train_sampling_strategy!r} is not used: the corpus sampler draws "
+                "every training batch (its corpus from p, its examples shuffled within the corpus). Batches of a "
+                "token budget (max_tokens) are already grouped by length; remove train_sampling_strategy, and set "
+                "max_tokens for length-grouped batches."
+            )
+        if self.dataloader_drop_last:
+            raise ValueError(
+                "dataloader_drop_last=True is not used: the corpus sampler draws batches from endless per-corpus "
+                "streams, so an epoch does not end in an incomplete batch to drop (with per_device_train_batch_size, "
+                "the one short batch per pass through a corpus is kept so that every example is trained on). "
+                "Remove dataloader_drop_last."
+            )
+        if self.auto_find_batch_size:
+            raise ValueError(
+                "auto_find_batch_size=True is not used: the corpus sampler builds its batches (max_tokens, or "
+                "per_device_train_batch_size without it) once, when the trainer is built, so the Trainer's smaller "
+                "retry batch size would never reach them. Remove auto_find_batch_size and lower max_tokens (or "
+                "per_device_train_batch_size) if a batch does not fit in memory."
             )
 
     def _resolve_measure(self) -> None:
