@@ -15,11 +15,11 @@ from conftest import free_port
 HERE = Path(__file__).parent
 
 
-def launch(script: Path, outdir: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+def launch(script: Path, outdir: Path, *script_args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()), str(script), str(outdir),
+        "--main_process_port", str(free_port()), str(script), str(outdir), *script_args,
     ]
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -54,3 +54,26 @@ def test_a_causal_lm_on_two_ranks_gets_identical_rewards_and_p(tmp_path):
     for a, b in zip(*ranks):
         assert a["p"] == b["p"] and a["rewards"] == b["rewards"]
     assert ranks[0][-1]["rewards"] is not None and ranks[0][0]["p"] != ranks[0][-1]["p"]
+
+
+@pytest.mark.distributed
+def test_logged_loss_is_the_mean_loss_with_one_or_two_processes(tmp_path):
+    """Transformers' encoder-decoders take **kwargs but ignore num_items_in_batch; the Trainer then multiplied
+    their loss by the processes (16.1 instead of 8.05) and by the accumulation steps. Two processes with one batch
+    each, and one process accumulating the same two batches, must both log the mean of the two batches' losses."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, str(HERE / "distributed" / "loss_run.py"), str(one), "2"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    launch(HERE / "distributed" / "loss_run.py", two, "1")
+    runs = [json.loads((folder / "loss.json").read_text()) for folder in (one, two)]
+    assert [run["world"] for run in runs] == [1, 2]
+    assert runs[0]["reference"] == pytest.approx(runs[1]["reference"], rel=1e-6)  # the same two batches
+    for run in runs:
+        assert run["logged"] == pytest.approx(run["reference"], rel=1e-4)
+        # The true throughput counts the examples of both batches, not per_device_train_batch_size (8) per batch.
+        metrics = run["metrics"]
+        assert metrics["train_samples_per_second"] * metrics["train_runtime"] == pytest.approx(run["examples"],
+                                                                                               rel=1e-2)

@@ -43,6 +43,7 @@ from .distribution import CorpusDistribution
 from .measures import IGNORE_INDEX
 from .metrics import detokenize, macro_average, translation_scores
 from .packing import example_lengths, longest_first
+from .throughput import TrainedCount
 from .uat_config import UATConfig
 
 __all__ = ["CorpusTranslation", "UATTrainer", "attach_balancing", "concatenate_corpora", "corpus_dataloader"]
@@ -123,6 +124,7 @@ class UATTrainer(Seq2SeqTrainer):
         self._references = {name: _references(ds, processing_class, name) for name, ds in self.eval_corpora.items()}
         self.corpus_generation_kwargs = {name: dict(value) for name, value in (corpus_generation_kwargs or {}).items()}
         self.metric_signatures: dict[str, str] = {}
+        self._trained = TrainedCount()  # examples and tokens trained on by the current train() call
         super().__init__(
             model=model,
             args=args,
@@ -171,6 +173,7 @@ class UATTrainer(Seq2SeqTrainer):
                     "trained model from the checkpoint."
                 )
         self.balancing.resume_from = resume_from_checkpoint or None
+        self._trained = TrainedCount()
         return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)
 
     # ------------------------------------------------------------------ data
@@ -187,10 +190,20 @@ class UATTrainer(Seq2SeqTrainer):
             self.balancing.save(os.path.join(folder, BALANCING_STATE_FILE))
         super()._save_checkpoint(model, trial)
 
+    def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
+                      ) -> torch.Tensor:
+        self._trained.add(inputs)  # what the model trains on, for the true throughput at the end (log)
+        return super().training_step(model, inputs, num_items_in_batch)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """The Trainer's log; a training entry also gets the last balancing update's numbers (p, rewards)."""
+        """The Trainer's log; a training entry also gets the last balancing update's numbers (p, rewards). The
+        final entry's ``train_samples_per_second`` (the Trainer's counts ``per_device_train_batch_size`` examples
+        per batch) is replaced by the examples really trained on, and ``train_tokens_per_second`` (source +
+        target tokens, padding excluded) is added, both over all processes."""
         if self.balancing is not None and _is_training_log(logs):
             logs.update(self.balancing.pop_logs())
+        if "train_runtime" in logs:
+            logs.update(self._trained.speed_metrics(logs["train_runtime"], self.accelerator))
         super().log(logs, start_time)
 
     # ------------------------------------------------------------------ evaluation
@@ -284,6 +297,13 @@ class UATTrainer(Seq2SeqTrainer):
             hypotheses = [first_line(text) for text in hypotheses]
         if references is not None:
             scores, signatures = translation_scores(hypotheses, references, bleu_tokenize=self.args.bleu_tokenize)
+            clash = [key for key in scores if f"{metric_key_prefix}_{key}" in output.metrics]
+            if clash:  # the user's compute_metrics returned a key of ours: neither value may be lost silently
+                raise ValueError(
+                    f"compute_metrics returned {clash}, which UATTrainer fills itself with the sacreBLEU scores of "
+                    f"each corpus ({metric_key_prefix}_{clash[0]}); rename that key in your compute_metrics (e.g. "
+                    f"'my_{clash[0]}') so that both are reported."
+                )
             self.metric_signatures.update(signatures)
             output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in scores.items()})
         return CorpusTranslation(hypotheses, references, output)

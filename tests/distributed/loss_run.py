@@ -1,0 +1,57 @@
+"""Run as ``python loss_run.py OUTDIR ACCUMULATION`` (one process) or under ``accelerate launch --num_processes 2``:
+one optimizer step of a proportional training, without dropout, on the first two batches of the corpus sampler
+(two processes: one batch each; one process: both, accumulated). Rank 0 writes the logged loss, the train
+throughput and the reference: the mean of the two batches' losses computed by the model itself before training.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from teardown import end_distributed, exit_now  # noqa: E402
+
+from conftest import multidomain_specs  # noqa: E402
+from uat_hf.corpora import load_corpora, load_corpus_split  # noqa: E402
+from uat_hf.presets import build_model  # noqa: E402
+from uat_hf.tokenization import train_joint_tokenizer  # noqa: E402
+from uat_hf.uat_config import UATConfig  # noqa: E402
+from uat_hf.uat_trainer import UATTrainer  # noqa: E402
+
+
+def main(outdir: str, accumulation: int) -> None:
+    out = Path(outdir)
+    raw = [load_corpus_split(spec, "train") for spec in multidomain_specs(600)]
+    tokenizer = train_joint_tokenizer(raw, vocab_size=800)
+    data = load_corpora(multidomain_specs(100), tokenizer, splits=("train",), max_source_length=32,
+                        max_target_length=32)
+    torch.manual_seed(0)
+    model = build_model("tiny", tokenizer, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    args = UATConfig(
+        output_dir=str(out / "run"), strategy="proportional", max_steps=1, max_tokens=200, report_to=[],
+        save_strategy="no", use_cpu=True, seed=3, disable_tqdm=True, logging_steps=1,
+        gradient_accumulation_steps=accumulation,
+    )
+    trainer = UATTrainer(model, args, train_corpora=data["train"], processing_class=tokenizer)
+    batches = list(itertools.islice(iter(copy.deepcopy(trainer.corpus_sampler)), 2))
+    with torch.no_grad():
+        losses = [model(**trainer.data_collator([trainer.train_dataset[i] for i in batch])).loss.item()
+                  for batch in batches]
+    result = trainer.train()
+    if trainer.accelerator.is_main_process:
+        logged = next(entry["loss"] for entry in trainer.state.log_history if "loss" in entry)
+        record = {"world": trainer.accelerator.num_processes, "logged": logged, "reference": sum(losses) / 2,
+                  "examples": sum(len(b) for b in batches), "metrics": result.metrics}
+        (out / "loss.json").write_text(json.dumps(record))
+    end_distributed(trainer.accelerator)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
+    exit_now()
