@@ -85,7 +85,7 @@ def attach_balancing(
         allow_inexact_resume=config.allow_inexact_resume,
     )
     trainer.train_dataset = concatenate_corpora(train_corpora)
-    average_loss_per_batch_if_model_ignores_item_counts(trainer)
+    _average_loss_per_batch(trainer)
     if not getattr(trainer, "owns_corpus_sampler", False):
         trainer.get_train_dataloader = functools.partial(corpus_dataloader, trainer, sampler, trainer.train_dataset)
     callbacks = trainer.callback_handler.callbacks
@@ -150,7 +150,7 @@ def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
     return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 
-def average_loss_per_batch_if_model_ignores_item_counts(trainer: Any) -> None:
+def _average_loss_per_batch(trainer: Any) -> None:
     """Make the Trainer treat the model's loss as what it is, a mean over one batch's target tokens.
 
     A model whose ``forward`` takes ``**kwargs`` is taken by the Trainer to normalise its loss by
