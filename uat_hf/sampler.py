@@ -18,12 +18,13 @@ larger than 1), and a new vector takes effect from the next pool.
 **What p is a share of: training examples.** ``p_n`` is the share of training *examples* (sentence pairs)
 drawn from corpus n, in both batching modes, so under ``proportional`` every example is seen about equally
 often. With instance-level mixing each example's corpus is drawn from p, so nothing needs converting. With
-one corpus per batch, batches of a token budget hold many short sentences or few long ones (on the bundled
-data 2.3x as many per batch in one domain as in another), so drawing each *batch's* corpus from p would make
-p a share of batches and over-sample the corpus of short sentences. The sampler therefore draws a batch's
-corpus from ``q_n ∝ p_n / e_n``, ``e_n`` being corpus n's mean examples per batch (:attr:`examples_per_corpus_batch`,
-its size over its batch count), which makes the expected share of examples p. (The authors' code gives every
-batch the same number of sentences, where batch shares and example shares coincide.)
+one corpus per batch, batches of a token budget hold many short sentences or few long ones, so drawing each
+*batch's* corpus from p would make p a share of batches and over-sample the corpus of short sentences (on
+the bundled data with a 1,000-token budget, ``proportional`` showed one domain's examples 2.3x as often as
+another's). The sampler therefore draws a batch's corpus from ``q_n ∝ p_n / e_n``, ``e_n`` being corpus n's
+mean examples per batch (:attr:`examples_per_corpus_batch`, its size over its batch count), which makes the
+expected share of examples p. (The authors' code gives every batch the same number of sentences, where
+batch shares and example shares coincide.)
 
 **What an epoch is.** ``len(sampler)`` batches: as many as one pass over every corpus makes (the sum of
 the corpora's batch counts). Which corpora fill them follows p, so within an epoch a corpus may be seen
