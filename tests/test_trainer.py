@@ -18,8 +18,9 @@ from transformers import (
     TrainerCallback,
 )
 
+from conftest import corpus_of
 from uat_hf.balancing import attach_balancing
-from uat_hf.callback import HISTORY_FILE, STATE_FILE
+from uat_hf.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE
 from uat_hf.metrics import detokenize, translation_scores
 from uat_hf.presets import build_model
 from uat_hf.uat_config import UATConfig
@@ -64,7 +65,7 @@ def test_training_batches_follow_the_strategy(tmp_path, corpora, tokenizer, tiny
             tiny_model, make_args(tmp_path, strategy=strategy), train_corpora=train, processing_class=tokenizer,
         )
         sampler = trainer.corpus_sampler
-        drawn = [sampler.corpus_of(batch[0]) for batch in sampler]
+        drawn = [corpus_of(sampler, batch[0]) for batch in sampler]
         shares[strategy] = drawn.count("dictionary") / len(drawn)
         np.testing.assert_allclose(
             sampler.probabilities.sum(), 1.0
@@ -182,7 +183,7 @@ def test_attach_balancing_drives_a_stock_seq2seq_trainer(tmp_path, corpora, toke
     logged = {step: logs for step, logs in logger.entries if "loss" in logs}
     assert logged[2]["balance/p_bible"] == history[0]["probabilities"]["bible"]
     assert "balance/p_bible" not in logged[3]
-    assert (tmp_path / "stock" / "checkpoint-4" / STATE_FILE).is_file()
+    assert (tmp_path / "stock" / "checkpoint-4" / BALANCING_STATE_FILE).is_file()
 
     shutil.rmtree(tmp_path / "stock" / "checkpoint-6")
     resumed, resumed_balancing = run(tmp_path / "stock", 6, resume=str(tmp_path / "stock" / "checkpoint-4"))

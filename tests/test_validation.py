@@ -29,7 +29,9 @@ import pytest
 from datasets import Dataset
 from transformers import HfArgumentParser
 
-from uat_hf.callback import STATE_FILE, CorpusBalancingCallback
+from conftest import corpus_of
+from uat_hf.callback import CorpusBalancingCallback
+from uat_hf.checkpoints import BALANCING_STATE_FILE
 from uat_hf.corpora import CorpusSpec, corpus_specs_from_directory, load_corpora
 from uat_hf.language_codes import check_language_codes, corpus_language_codes
 from uat_hf.presets import build_model
@@ -598,7 +600,7 @@ def test_corpus_probabilities_from_the_command_line(env: Env):
 def test_static_strategy_samples_with_the_given_probabilities(env: Env):
     t = trainer(env, strategy="fixed", corpus_probabilities={"law": 1.0, "news": 0.0})
     np.testing.assert_array_equal(t.corpus_sampler.probabilities, [0.0, 1.0])  # in train_corpora order
-    drawn = {t.corpus_sampler.corpus_of(batch[0]) for batch in t.corpus_sampler}
+    drawn = {corpus_of(t.corpus_sampler, batch[0]) for batch in t.corpus_sampler}
     assert drawn == {"law"}
 
 
@@ -674,6 +676,6 @@ def test_the_audit_catches_what_it_should():
 def test_balancing_state_is_json(env: Env, tmp_path: Path):
     sampler = CorpusBatchSampler.from_datasets(env.train, max_tokens=64)
     callback = CorpusBalancingCallback(sampler)
-    callback.save(str(tmp_path / STATE_FILE))
-    state = json.loads((tmp_path / STATE_FILE).read_text(encoding="utf-8"))
+    callback.save(str(tmp_path / BALANCING_STATE_FILE))
+    state = json.loads((tmp_path / BALANCING_STATE_FILE).read_text(encoding="utf-8"))
     assert state["sampler"]["corpora"] == {"news": 6, "law": 4}

@@ -7,8 +7,8 @@ What it adds to the stock trainer, and why:
   because ``interleave_datasets`` cannot change its mix during training.
 * **Balancing** is wired by :func:`~uat_hf.balancing.attach_balancing` from the arguments, as it would be on
   a stock trainer: the :class:`~uat_hf.distribution.CorpusDistribution` that owns p, the sampler that reads
-  it, and the :class:`~uat_hf.callback.CorpusBalancingCallback` that updates it. Its state is written into
-  each checkpoint folder before the Trainer's own, and its numbers join the Trainer's log entries.
+  it, and the :class:`~uat_hf.callback.CorpusBalancingCallback` that updates it, saves its state into each
+  checkpoint folder and adds its numbers to the Trainer's log entries, as on a stock trainer.
 * **Evaluation** has one path, :meth:`UATTrainer.translate`, used by ``evaluate``, ``predict`` and
   ``uat-evaluate``: the Trainer's own generation loop (distributed, FSDP-aware) over each named corpus,
   longest source first so that batches pad and wait little, then detokenized hypotheses scored against the
@@ -31,13 +31,18 @@ import torch
 from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer, TrainerState
-from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput
+from transformers.trainer_utils import PredictionOutput
 
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
 from .causal_eval import continuation, first_line, left_padding, prompt_only
 from .causal_model import is_causal_lm
-from .checkpoints import BALANCING_STATE_FILE, remove_stray_temporaries, resolve_resume_checkpoint
+from .checkpoints import (
+    BALANCING_STATE_FILE,
+    TRAINER_STATE_FILE,
+    checkpoint_step,
+    remove_stray_temporaries,
+    resolve_resume_checkpoint,
+)
 from .columns import REFERENCE_COLUMN
 from .distribution import CorpusDistribution
 from .measures import IGNORE_INDEX
@@ -135,8 +140,6 @@ class UATTrainer(Seq2SeqTrainer):
         )
         self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora) if train_corpora is not None
                           else None)
-        if self.balancing is not None:
-            self.balancing.saves_on_save = False  # _save_checkpoint writes the state, before the Trainer's own
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
 
     #: Tells :func:`~uat_hf.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
@@ -163,35 +166,28 @@ class UATTrainer(Seq2SeqTrainer):
         if resume_from_checkpoint and self.args.should_save:
             remove_stray_temporaries(self.args.output_dir)
         if resume_from_checkpoint and self.args.max_steps > 0:
-            done = _checkpoint_step(resume_from_checkpoint)
+            done = checkpoint_step(resume_from_checkpoint)
             if done >= self.args.max_steps:
                 raise ValueError(
                     f"Checkpoint {resume_from_checkpoint!r} is already at step {done} and max_steps is "
                     f"{self.args.max_steps}: nothing is left to train. Raise max_steps to train on, or load the "
-                    "trained model from the checkpoint."
+                    "trained model from the checkpoint (load_checkpoint)."
                 )
-        self.balancing.resume_from = resume_from_checkpoint or None
-        return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)
+        self.balancing.resume_from = resume_from_checkpoint
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def load_checkpoint(self, folder: str) -> None:
+        """Put the trainer where ``train`` left it at checkpoint ``folder``: the weights (by the Trainer's own
+        loader, as a resume loads them, in every format), the trainer state, and the balancing state with its
+        history (the final p). For a checkpoint already at ``max_steps``, which ``train`` refuses to resume."""
+        self._load_from_checkpoint(folder)
+        self.state = TrainerState.load_from_json(os.path.join(folder, TRAINER_STATE_FILE))
+        if self.balancing is not None and os.path.isfile(os.path.join(folder, BALANCING_STATE_FILE)):
+            self.balancing.restore(folder, self.args)  # absent only when allow_inexact_resume accepted the folder
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
         return corpus_dataloader(self, self.corpus_sampler, self.train_dataset)
-
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        # The balancing state goes into the checkpoint folder first: the Trainer writes trainer_state.json last,
-        # so a folder with a complete trainer state also holds a complete balancing state.
-        if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial),
-                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            self.balancing.save(os.path.join(folder, BALANCING_STATE_FILE))
-        super()._save_checkpoint(model, trial)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """The Trainer's log; a training entry also gets the last balancing update's numbers (p, rewards)."""
-        if self.balancing is not None and _is_training_log(logs):
-            logs.update(self.balancing.pop_logs())
-        super().log(logs, start_time)
 
     # ------------------------------------------------------------------ evaluation
     def translate(
@@ -327,10 +323,6 @@ class UATTrainer(Seq2SeqTrainer):
                 f"{prefix}_mean_chrf": macro_average(per_corpus, "chrf")}
 
 
-def _is_training_log(logs: Mapping[str, Any]) -> bool:
-    return "loss" in logs or "train_loss" in logs
-
-
 def _longest_source_first_order(dataset: Dataset) -> list[int]:
     """:func:`~uat_hf.packing.longest_first` order of source length (a generation batch decodes until its
     longest sentence ends). Corpus-level BLEU and chrF do not depend on the order."""
@@ -353,12 +345,6 @@ def _in_original_order(output: PredictionOutput, order: list[int]) -> Prediction
         return array
 
     return PredictionOutput(restore(output.predictions), restore(output.label_ids), output.metrics)
-
-
-def _checkpoint_step(checkpoint: str) -> int:
-    """The global step a Trainer checkpoint was saved at (0 if it has no trainer state)."""
-    state_file = os.path.join(checkpoint, TRAINER_STATE_NAME)
-    return TrainerState.load_from_json(state_file).global_step if os.path.isfile(state_file) else 0
 
 
 def _references(dataset: Dataset, tokenizer: Any, name: str | None = None) -> list[str]:
