@@ -44,6 +44,7 @@ from .checkpoints import (
     resolve_resume_checkpoint,
 )
 from .columns import REFERENCE_COLUMN
+from .corpus_evaluation import corpus_references
 from .distribution import CorpusDistribution
 from .measures import IGNORE_INDEX
 from .metrics import detokenize, macro_average, translation_scores
@@ -125,7 +126,8 @@ class UATTrainer(Seq2SeqTrainer):
             check_corpora(self.train_corpora, self.dev_corpora, args)
         if data_collator is None:
             data_collator = DataCollatorForSeq2Seq(processing_class, model=model, label_pad_token_id=IGNORE_INDEX)
-        self._references = {name: _references(ds, processing_class, name) for name, ds in self.eval_corpora.items()}
+        self._references = {name: corpus_references(ds, processing_class, name)
+                            for name, ds in self.eval_corpora.items()}
         self.corpus_generation_kwargs = {name: dict(value) for name, value in (corpus_generation_kwargs or {}).items()}
         self.metric_signatures: dict[str, str] = {}
         super().__init__(
@@ -231,7 +233,7 @@ class UATTrainer(Seq2SeqTrainer):
         follow ``metric_for_best_model="mean_bleu"``.
         """
         if isinstance(eval_dataset, Dataset):
-            metrics = self._translate_dataset(eval_dataset, _references(eval_dataset, self.processing_class),
+            metrics = self._translate_dataset(eval_dataset, corpus_references(eval_dataset, self.processing_class),
                                               metric_key_prefix, ignore_keys, gen_kwargs).output.metrics
         else:
             translations = self.translate(eval_dataset, metric_key_prefix, ignore_keys, **gen_kwargs)
@@ -256,7 +258,7 @@ class UATTrainer(Seq2SeqTrainer):
         ``target_text`` nor a ``labels`` column) is translated without scores."""
         if isinstance(test_dataset, Dataset):
             columns = test_dataset.column_names
-            references = (_references(test_dataset, self.processing_class)
+            references = (corpus_references(test_dataset, self.processing_class)
                           if REFERENCE_COLUMN in columns or "labels" in columns else None)
             return self._translate_dataset(test_dataset, references, metric_key_prefix, ignore_keys, gen_kwargs).output
         translations = self.translate(test_dataset, metric_key_prefix, ignore_keys, **gen_kwargs)
@@ -299,7 +301,7 @@ class UATTrainer(Seq2SeqTrainer):
     def _references_of(self, name: str, dataset: Dataset) -> list[str]:
         if name in self._references and dataset is self.eval_corpora.get(name):
             return self._references[name]
-        return _references(dataset, self.processing_class, name)
+        return corpus_references(dataset, self.processing_class, name)
 
     def _named_corpora(self, corpora: Mapping[str, Dataset] | str | None) -> dict[str, Dataset]:
         if isinstance(corpora, str):
@@ -345,12 +347,3 @@ def _in_original_order(output: PredictionOutput, order: list[int]) -> Prediction
         return array
 
     return PredictionOutput(restore(output.predictions), restore(output.label_ids), output.metrics)
-
-
-def _references(dataset: Dataset, tokenizer: Any, name: str | None = None) -> list[str]:
-    if REFERENCE_COLUMN in dataset.column_names:
-        return list(dataset[REFERENCE_COLUMN])
-    if "labels" not in dataset.column_names:
-        which = f"Evaluation corpus {name!r}" if name is not None else "An evaluation corpus"
-        raise ValueError(f"{which} needs a {REFERENCE_COLUMN!r} or 'labels' column (has {dataset.column_names}).")
-    return detokenize(tokenizer, dataset["labels"])
