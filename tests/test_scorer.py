@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from uat_hf import scorer as scorer_module
+from uat_hf.priors import validate_probabilities
 from uat_hf.scorer import PRIOR_FITS, RELEASED_FIT_TOLERANCE, CorpusScorer, NonFiniteRewardError
 
 NAMES = ["bible", "descriptions", "dictionary", "software"]
@@ -27,7 +28,8 @@ def test_exact_prior_fit_starts_exactly_at_the_prior():
     _assert_distribution(scorer.probabilities)
     np.testing.assert_allclose(scorer.probabilities, PRIOR, rtol=0, atol=1e-15)
     # started at the minimiser log q: no Adam step taken
-    np.testing.assert_array_equal(scorer.logits, torch.log(torch.tensor(PRIOR, dtype=torch.float64)).numpy())
+    q = validate_probabilities(PRIOR, NAMES)  # the prior as checked (renormalised) by the scorer
+    np.testing.assert_array_equal(scorer.logits, torch.log(torch.from_numpy(q)).numpy())
     assert np.mean((scorer.probabilities - PRIOR) ** 2) < 1e-30
     assert scorer.fit_steps == 0 and scorer.state_dict()["adam"] is None
     assert scorer.state_dict()["adam"] is None  # the fit does not touch the update optimizer
