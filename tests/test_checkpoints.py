@@ -14,7 +14,7 @@ from uat_hf.checkpoints import (
     checkpoint_problem,
     checkpoint_step,
     last_complete_checkpoint,
-    resume_checkpoint,
+    resolve_resume_checkpoint,
     write_json_atomically,
 )
 
@@ -59,9 +59,10 @@ def test_checkpoint_problems_name_the_file(tmp_path):
     assert checkpoint_problem(str(make_checkpoint(tmp_path / "checkpoint-5"))) is None
 
 
-def test_resume_checkpoint_is_the_one_place_that_picks_the_checkpoint(tmp_path):
-    """UATTrainer.train and uat-train ask the same function which checkpoint to resume; the balancing callback's
-    on_save is the only writer of the balancing state (UATTrainer no longer overrides the Trainer's save)."""
+def test_resolve_resume_checkpoint_is_the_one_place_that_picks_the_checkpoint(tmp_path):
+    """UATTrainer.train and uat-train ask the same function which checkpoint to resume (and load a finished one
+    with UATTrainer.load_checkpoint); the balancing callback's on_save is the only writer of the balancing state
+    and its on_log the only path of the balance numbers (UATTrainer overrides neither save nor log)."""
     from transformers import Seq2SeqTrainer
 
     from uat_hf.uat_trainer import UATTrainer
@@ -69,15 +70,16 @@ def test_resume_checkpoint_is_the_one_place_that_picks_the_checkpoint(tmp_path):
     make_checkpoint(tmp_path / "checkpoint-10", trainer_state='{"global_step": 10}')
     make_checkpoint(tmp_path / "checkpoint-20", trainer_state='{"global_step": 20}', balancing_state=None)
     for latest in (True, "latest", " TRUE "):
-        assert resume_checkpoint(latest, str(tmp_path)) == str(tmp_path / "checkpoint-10")
-    assert resume_checkpoint("latest", str(tmp_path), exact=False) == str(tmp_path / "checkpoint-20")
-    assert resume_checkpoint(None, str(tmp_path)) is None and resume_checkpoint(False, str(tmp_path)) is None
-    assert checkpoint_step(resume_checkpoint(str(tmp_path / "checkpoint-10"), str(tmp_path))) == 10
+        assert resolve_resume_checkpoint(str(tmp_path), latest) == str(tmp_path / "checkpoint-10")
+    assert resolve_resume_checkpoint(str(tmp_path), "latest", exact=False) == str(tmp_path / "checkpoint-20")
+    assert resolve_resume_checkpoint(str(tmp_path), None) is None
+    assert resolve_resume_checkpoint(str(tmp_path), False) is None
+    assert checkpoint_step(resolve_resume_checkpoint(str(tmp_path), str(tmp_path / "checkpoint-10"))) == 10
     with pytest.raises(ValueError, match=rf"Cannot resume from checkpoint .*checkpoint-20.*{BALANCING_STATE_FILE}"):
-        resume_checkpoint(str(tmp_path / "checkpoint-20"), str(tmp_path))
-    with pytest.raises(ValueError, match="No complete checkpoint found"):
-        resume_checkpoint(True, str(tmp_path / "empty"))
+        resolve_resume_checkpoint(str(tmp_path), str(tmp_path / "checkpoint-20"))
+    # UATTrainer.train and uat-train ask resolve_resume_checkpoint; the callback's on_save alone writes the state
     assert UATTrainer._save_checkpoint is Seq2SeqTrainer._save_checkpoint
+    assert UATTrainer.log is Seq2SeqTrainer.log and callable(UATTrainer.load_checkpoint)
 
 
 def test_the_history_file_keeps_exactly_the_records_of_the_checkpoint(tmp_path):

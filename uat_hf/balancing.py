@@ -52,7 +52,7 @@ def attach_balancing(
     The callback saves its state in ``on_save``, after the Trainer's own files, and reads it back from
     ``output_dir/checkpoint-<step>``. To resume from a checkpoint elsewhere, set ``callback.resume_from`` to
     its folder first; to skip folders a killed save left incomplete, resume from
-    ``resume_checkpoint(True, output_dir)`` (:mod:`uat_hf.checkpoints`) rather than ``True``. ``UATTrainer``
+    ``resolve_resume_checkpoint(output_dir, True)`` (:mod:`uat_hf.checkpoints`) rather than ``True``. ``UATTrainer``
     does both itself. For per-corpus BLEU and ``eval_mean_bleu`` (``metric_for_best_model="mean_bleu"``) on a
     stock trainer, evaluate with :class:`~uat_hf.corpus_evaluation.CorpusEvaluation` (docs/usage.md).
     """
