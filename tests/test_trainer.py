@@ -240,7 +240,7 @@ def test_a_stock_trainer_early_stops_on_the_mean_bleu_of_corpus_evaluation(tmp_p
     small = {name: ds.select(range(8)) for name, ds in corpora["dev"].items()}
     evaluation = CorpusEvaluation(small, tokenizer)
     args = make_args(
-        tmp_path, max_steps=12, learning_rate=0.0, eval_strategy="steps", eval_steps=2, save_strategy="steps",
+        tmp_path, max_steps=12, learning_rate=1e-12, eval_strategy="steps", eval_steps=2, save_strategy="steps",
         save_steps=2, metric_for_best_model="mean_bleu", greater_is_better=True, load_best_model_at_end=True,
         generation_num_beams=1, generation_max_length=8,
     )
@@ -271,11 +271,11 @@ class EvaluationRecorder(TrainerCallback):
 
 def test_early_stopping_follows_the_macro_mean_bleu(tmp_path, corpora, tokenizer, tiny_model):
     """One evaluation of many corpora is one on_evaluate event holding every corpus and the means, so
-    EarlyStoppingCallback sees eval_mean_bleu: a run whose mean BLEU cannot improve (learning rate 0) stops
+    EarlyStoppingCallback sees eval_mean_bleu: a run whose mean BLEU cannot improve (learning rate 1e-12) stops
     after `patience` evaluations instead of running to max_steps."""
     recorder = EvaluationRecorder()
     args = make_args(
-        tmp_path, max_steps=12, learning_rate=0.0, eval_strategy="steps", eval_steps=2, save_strategy="steps",
+        tmp_path, max_steps=12, learning_rate=1e-12, eval_strategy="steps", eval_steps=2, save_strategy="steps",
         save_steps=2, metric_for_best_model="mean_bleu", greater_is_better=True, load_best_model_at_end=True,
         generation_num_beams=1, generation_max_length=8,
     )
