@@ -79,3 +79,10 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def corpus_of(sampler, index: int) -> str:
+    """Name of the corpus a global example index of ``sampler`` belongs to."""
+    import numpy as np
+
+    return sampler.names[int(np.searchsorted(sampler.offsets, index, side="right")) - 1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 
@@ -9,8 +10,12 @@ import pytest
 
 from uat_hf.checkpoints import (
     BALANCING_STATE_FILE,
+    HISTORY_FILE,
+    HistoryFile,
     checkpoint_problem,
+    checkpoint_step,
     last_complete_checkpoint,
+    resolve_resume_checkpoint,
     write_json_atomically,
 )
 
@@ -53,3 +58,45 @@ def test_checkpoint_problems_name_the_file(tmp_path):
     partial = make_checkpoint(tmp_path / "checkpoint-4", balancing_state=None)
     assert f"{BALANCING_STATE_FILE}' is missing" in checkpoint_problem(str(partial))
     assert checkpoint_problem(str(make_checkpoint(tmp_path / "checkpoint-5"))) is None
+
+
+def test_resolve_resume_checkpoint_is_the_one_place_that_picks_the_checkpoint(tmp_path):
+    """UATTrainer.train and uat-train ask the same function which checkpoint to resume (and load a finished one
+    with UATTrainer.load_checkpoint); the balancing callback's on_save is the only writer of the balancing state
+    and its on_log the only path of the balance numbers (UATTrainer does not override the save; its log only adds the
+    true throughput to the final entry)."""
+    from transformers import Seq2SeqTrainer
+
+    from uat_hf.uat_trainer import UATTrainer
+
+    make_checkpoint(tmp_path / "checkpoint-10", trainer_state='{"global_step": 10}')
+    make_checkpoint(tmp_path / "checkpoint-20", trainer_state='{"global_step": 20}', balancing_state=None)
+    for latest in (True, "latest", " TRUE "):
+        assert resolve_resume_checkpoint(str(tmp_path), latest) == str(tmp_path / "checkpoint-10")
+    assert resolve_resume_checkpoint(str(tmp_path), "latest", exact=False) == str(tmp_path / "checkpoint-20")
+    assert resolve_resume_checkpoint(str(tmp_path), None) is None
+    assert resolve_resume_checkpoint(str(tmp_path), False) is None
+    assert checkpoint_step(resolve_resume_checkpoint(str(tmp_path), str(tmp_path / "checkpoint-10"))) == 10
+    with pytest.raises(ValueError, match=rf"Cannot resume from checkpoint .*checkpoint-20.*{BALANCING_STATE_FILE}"):
+        resolve_resume_checkpoint(str(tmp_path), str(tmp_path / "checkpoint-20"))
+    # UATTrainer.train and uat-train ask resolve_resume_checkpoint; the callback's on_save alone writes the state
+    assert UATTrainer._save_checkpoint is Seq2SeqTrainer._save_checkpoint
+    assert "self.balancing" not in inspect.getsource(UATTrainer.log) and callable(UATTrainer.load_checkpoint)
+
+
+def test_the_history_file_keeps_exactly_the_records_of_the_checkpoint(tmp_path):
+    path = tmp_path / HISTORY_FILE
+    history = HistoryFile(str(path))
+    for step in (3, 6, 9):
+        history.append({"step": step})
+    assert history.restore(2) == [{"step": 3}, {"step": 6}]  # the step-9 record came after the checkpoint
+    assert path.read_text().splitlines() == ['{"step": 3}', '{"step": 6}']
+    path.write_text(path.read_text() + '{"step": 9, "probab')  # a kill mid-line
+    assert history.restore(2) == [{"step": 3}, {"step": 6}]
+    with pytest.raises(ValueError, match=r"saved after 3 balancing updates, but .* holds 2 complete records"):
+        history.restore(3)
+    reader = HistoryFile(str(tmp_path / "other" / HISTORY_FILE), writes=False)  # a rank that does not save
+    assert reader.restore(1, source=str(path)) == [{"step": 3}] and not (tmp_path / "other").exists()
+    reader.append({"step": 12})
+    assert not (tmp_path / "other").exists()
+    assert history.restore(0) == [] and path.read_text() == ""  # a new run into an old output_dir

@@ -39,20 +39,25 @@ def test_a_checkpoint_round_trips_and_a_corrupt_or_foreign_one_is_refused():
     dynamic = CorpusDistribution.for_strategy("multiuat", SIZES, scorer_lr=1e-2, scorer_steps=20)
     dynamic.update([1.0, 2.0, 3.0], {"step": 10})
     state = json.loads(json.dumps(dynamic.state_dict()))
+    assert "history" not in state  # a checkpoint keeps only the count of records; balancing_history.jsonl has them
+    history = json.loads(json.dumps(dynamic.history))
     resumed = CorpusDistribution.for_strategy("multiuat", SIZES, scorer_lr=1e-2, scorer_steps=20)
-    resumed.load_state_dict(state)
-    assert resumed.state_dict() == dynamic.state_dict()
+    resumed.load_state_dict(state, history)
+    assert resumed.state_dict() == dynamic.state_dict() and resumed.history == dynamic.history
 
     corrupt = json.loads(json.dumps(state))
     corrupt["probabilities"] = [1 / 3, 1 / 3, 1 / 3]
     with pytest.raises(ValueError, match=r"Inconsistent corpus distribution state: p = .* but softmax\(ψ\)"):
         CorpusDistribution.for_strategy("multiuat", SIZES, scorer_lr=1e-2, scorer_steps=20).load_state_dict(corrupt)
-    corrupt = json.loads(json.dumps(state))
-    corrupt["history"] = []
     with pytest.raises(ValueError, match="0 history records for 1 updates"):
-        CorpusDistribution.for_strategy("multiuat", SIZES, scorer_lr=1e-2, scorer_steps=20).load_state_dict(corrupt)
+        CorpusDistribution.for_strategy("multiuat", SIZES, scorer_lr=1e-2, scorer_steps=20).load_state_dict(state, [])
+    foreign = [dict(history[0], probabilities={"news": 0.5, "law": 0.25, "medical": 0.25})]
+    with pytest.raises(ValueError, match=r"last history record \(step 10\) has p = .* the history is another run's"):
+        CorpusDistribution.for_strategy("multiuat", SIZES, scorer_lr=1e-2, scorer_steps=20).load_state_dict(state,
+                                                                                                           foreign)
     with pytest.raises(ValueError, match="trained with strategy 'multiuat', this run uses 'multidds-s'"):
-        CorpusDistribution.for_strategy("multidds-s", SIZES, scorer_lr=1e-2, scorer_steps=20).load_state_dict(state)
+        CorpusDistribution.for_strategy("multidds-s", SIZES, scorer_lr=1e-2, scorer_steps=20).load_state_dict(state,
+                                                                                                             history)
 
     # Resuming with other prior settings would silently keep the old p: refused.
     tau5 = CorpusDistribution.for_strategy("temperature", SIZES)

@@ -206,3 +206,40 @@ def test_the_paper_recipes_document_the_temperature_baseline():
         commands = _documented_commands(RECIPES_DIR / name)
         strategies = {argv[argv.index("--strategy") + 1] for argv in commands if "--strategy" in argv}
         assert "temperature" in strategies, name
+
+
+def test_push_to_hub_uploads_the_recipe_that_from_pretrained_reads_back(tmp_path, monkeypatch):
+    """The Hub is out of reach here: only HfApi's two network calls are replaced, by a local folder that stands
+    for the repository; everything else is the code path a real push takes."""
+    from huggingface_hub import HfApi
+
+    repo = tmp_path / "hub" / "org" / "recipe"
+    calls = []
+
+    def create_repo(self, repo_id, **kwargs):
+        calls.append(("create_repo", repo_id, kwargs))
+        repo.mkdir(parents=True, exist_ok=True)
+
+    def upload_file(self, *, path_or_fileobj, path_in_repo, repo_id, **kwargs):
+        calls.append(("upload_file", repo_id, path_in_repo))
+        (repo / path_in_repo).write_bytes(path_or_fileobj)
+        return f"https://huggingface.co/{repo_id}/blob/main/{path_in_repo}"
+
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "upload_file", upload_file)
+    recipe = Recipe(FIELDS, source="local")
+    url = recipe.push_to_hub("org/recipe", private=True)
+    assert url.endswith(f"org/recipe/blob/main/{RECIPE_FILE}")
+    assert calls == [("create_repo", "org/recipe", {"private": True, "repo_type": None, "exist_ok": True}),
+                     ("upload_file", "org/recipe", RECIPE_FILE)]
+    assert Recipe.from_pretrained(repo) == recipe
+
+
+def test_dead_helpers_are_gone():
+    """Nothing used Recipe.updated, CorpusBatchSampler.corpus_of or the STATE_FILE alias of the callback module."""
+    from uat_hf import callback
+    from uat_hf.sampler import CorpusBatchSampler
+
+    assert not hasattr(Recipe, "updated")
+    assert not hasattr(CorpusBatchSampler, "corpus_of")
+    assert not hasattr(callback, "STATE_FILE")

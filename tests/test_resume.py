@@ -8,7 +8,8 @@ import shutil
 import pytest
 import torch
 
-from uat_hf.callback import HISTORY_FILE, STATE_FILE
+from uat_hf.checkpoints import BALANCING_STATE_FILE as STATE_FILE
+from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.presets import build_model
 from uat_hf.uat_config import UATConfig
 from uat_hf.uat_trainer import UATTrainer
@@ -49,6 +50,7 @@ def test_resume_mid_epoch_between_updates_continues_exactly(tmp_path, corpora, t
     saved = json.loads((partial_dir / "checkpoint-5" / STATE_FILE).read_text())
     # p changed mid-epoch before the save
     assert saved["distribution"]["update_count"] == 1 and saved["sampler"]["schedule"]
+    assert "history" not in json.dumps(saved)  # the history lives in balancing_history.jsonl only
 
     resumed, resumed_history = run(tmp_path, corpora, tokenizer, partial_dir, resume=True, mix=mix)
 
@@ -57,13 +59,38 @@ def test_resume_mid_epoch_between_updates_continues_exactly(tmp_path, corpora, t
     for a, b in zip(full_history, resumed_history):
         assert (a["step"], a["probabilities"], a["rewards"]) == (b["step"], b["probabilities"], b["rewards"])
     assert len(resumed_history) == len(full_history)
-    resumed_state, full_state = resumed.corpus_distribution.state_dict(), full.corpus_distribution.state_dict()
-    for state in (resumed_state, full_state):  # the history's timings differ, nothing else may
-        state["history"] = [{k: v for k, v in record.items() if k != "seconds"} for record in state["history"]]
-    assert resumed_state == full_state
+    assert resumed.corpus_distribution.state_dict() == full.corpus_distribution.state_dict()
+    assert without_seconds(resumed.corpus_distribution.history) == without_seconds(full.corpus_distribution.history)
     assert resumed.corpus_sampler.state_dict() == full.corpus_sampler.state_dict()
     for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+
+
+def without_seconds(history):
+    """History records without their timings, the one thing two runs of the same sequence do not share."""
+    return [{k: v for k, v in record.items() if k != "seconds"} for record in history]
+
+
+def test_resume_from_an_older_checkpoint_keeps_only_its_history_and_continues_exactly(tmp_path, corpora, tokenizer):
+    """Checkpoints hold no history, only its length: resumed in place from checkpoint-5 while checkpoint-10 and
+    the records of steps 6 and 9 are still there, the history file is cut back to the step-3 record and
+    the run rewrites the rest exactly. A history file that lacks a checkpoint's records refuses the resume."""
+    full, full_history = run(tmp_path, corpora, tokenizer, tmp_path / "full")
+    assert "history" not in (tmp_path / "full" / "checkpoint-10" / STATE_FILE).read_text()
+
+    again, again_history = run(tmp_path, corpora, tokenizer, tmp_path / "full",
+                               resume=str(tmp_path / "full" / "checkpoint-5"))
+    assert again.trained_batches == full.trained_batches[5:]
+    assert without_seconds(again_history) == without_seconds(full_history)
+    assert without_seconds(again.corpus_distribution.history) == without_seconds(full_history)
+    assert again.corpus_distribution.state_dict() == full.corpus_distribution.state_dict()
+
+    history = tmp_path / "full" / HISTORY_FILE
+    history.write_text(history.read_text().splitlines(keepends=True)[0])  # only the step-3 record is left
+    with pytest.raises(ValueError, match=r"saved after 3 balancing updates, but .*balancing_history.jsonl.* holds 1"):
+        run(tmp_path, corpora, tokenizer, tmp_path / "full", resume=str(tmp_path / "full" / "checkpoint-10"),
+            max_steps=12)
+    assert len(history.read_text().splitlines()) == 1  # the refusal leaves the file as it was
 
 
 def test_resume_with_other_strategy_is_refused(tmp_path, corpora, tokenizer):

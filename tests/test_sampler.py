@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from conftest import corpus_of
 from uat_hf.packing import example_lengths
 from uat_hf.priors import temperature_prior, validate_probabilities
 from uat_hf.sampler import CorpusBatchSampler
@@ -21,7 +22,7 @@ def lengths(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def corpus_sequence(sampler, batches) -> list[str]:
-    return [sampler.corpus_of(batch[0]) for batch in batches]
+    return [corpus_of(sampler, batch[0]) for batch in batches]
 
 
 def test_priors():
@@ -56,7 +57,7 @@ def test_frequencies_match_probabilities(mix):
         sampler.set_epoch(epoch)
         for batch in sampler:
             for index in (batch if mix else batch[:1]):
-                counts[sampler.corpus_of(index)] += 1
+                counts[corpus_of(sampler, index)] += 1
     observed = np.array([counts[n] for n in NAMES])
     result = stats.chisquare(observed, observed.sum() * p)
     assert result.pvalue > 1e-3, (observed, observed.sum() * p)
@@ -140,7 +141,7 @@ def test_token_budget_respected_and_batches_single_corpus_unless_mixing(mix):
     assert len(batches) == len(sampler)
     for batch in batches:
         assert len(batch) * flat[batch].max() <= 256
-    corpora_per_batch = [len({sampler.corpus_of(i) for i in b}) for b in batches]
+    corpora_per_batch = [len({corpus_of(sampler, i) for i in b}) for b in batches]
     if mix:
         assert max(corpora_per_batch) > 1
     else:
@@ -176,7 +177,7 @@ def test_mixed_probability_change_takes_effect_from_the_next_pool():
     sampler.distribution.set_probabilities({"big": 0.0, "mid": 0.0, "small": 1.0})
     rest_of_pool = [next(iterator) for _ in range(3)]
     after = [next(iterator) for _ in range(20)]
-    corpora = lambda batches: {sampler.corpus_of(i) for b in batches for i in b}  # noqa: E731
+    corpora = lambda batches: {corpus_of(sampler, i) for b in batches for i in b}  # noqa: E731
     assert corpora(head) == corpora(rest_of_pool) == {"big", "mid", "small"}
     assert corpora(after) == {"small"}
     assert all(len(b) == 8 for b in head + rest_of_pool + after)

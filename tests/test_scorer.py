@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from uat_hf import scorer as scorer_module
+from uat_hf.priors import validate_probabilities
 from uat_hf.scorer import PRIOR_FITS, RELEASED_FIT_TOLERANCE, CorpusScorer, NonFiniteRewardError
 
 NAMES = ["bible", "descriptions", "dictionary", "software"]
@@ -27,27 +28,35 @@ def test_exact_prior_fit_starts_exactly_at_the_prior():
     _assert_distribution(scorer.probabilities)
     np.testing.assert_allclose(scorer.probabilities, PRIOR, rtol=0, atol=1e-15)
     # started at the minimiser log q: no Adam step taken
-    np.testing.assert_array_equal(scorer.logits, torch.log(torch.from_numpy(scorer.prior)).numpy())
-    assert scorer.fit_to_prior() < 1e-30
+    q = validate_probabilities(PRIOR, NAMES)  # the prior as checked (renormalised) by the scorer
+    np.testing.assert_array_equal(scorer.logits, torch.log(torch.from_numpy(q)).numpy())
+    assert np.mean((scorer.probabilities - PRIOR) ** 2) < 1e-30
     assert scorer.fit_steps == 0 and scorer.state_dict()["adam"] is None
     assert scorer.state_dict()["adam"] is None  # the fit does not touch the update optimizer
-    # refit to another prior
-    assert scorer.fit_to_prior([0.25] * 4) < 1e-30
-    np.testing.assert_allclose(scorer.probabilities, 0.25, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(CorpusScorer(NAMES, [0.25] * 4, prior_fit="exact").probabilities, 0.25, rtol=0,
+                               atol=1e-15)
+
+
+def test_the_prior_belongs_to_the_distribution_and_nothing_refits_the_scorer():
+    """ψ is fitted once, when the scorer is built; the prior is the CorpusDistribution's alone, so no public
+    refit can move ψ (and p) behind its back."""
+    scorer = CorpusScorer(NAMES, PRIOR)
+    assert not hasattr(scorer, "fit_to_prior") and not hasattr(scorer, "prior")
+    assert "prior" not in scorer.state_dict()
 
 
 def test_exact_fit_from_another_start_runs_at_most_steps_adam_steps_on_mse():
     scorer = CorpusScorer(NAMES, PRIOR, lr=0.05, steps=300, prior_fit="exact")
     start_mse = float(np.mean((np.full(4, 0.25) - PRIOR) ** 2))
-    final_mse = scorer.fit_to_prior(start=[0.0, 0.0, 0.0, 0.0])
+    final_mse = scorer._fit_to_prior(np.asarray(PRIOR), start=[0.0, 0.0, 0.0, 0.0])
     assert final_mse < start_mse / 100 and scorer.fit_steps == 300
     np.testing.assert_allclose(scorer.probabilities, PRIOR, atol=5e-3)
     assert scorer.state_dict()["adam"] is None  # a throw-away Adam: the updates start afresh
     # with the paper's lr 1e-4, 200 steps from uniform barely move: the released fit runs until MSE <= 1e-8
     slow = CorpusScorer(NAMES, PRIOR, prior_fit="exact")
-    assert slow.fit_to_prior(start=[0.0] * 4) > start_mse / 2
+    assert slow._fit_to_prior(np.asarray(PRIOR), start=[0.0] * 4) > start_mse / 2
     with pytest.raises(ValueError, match="finite"):
-        slow.fit_to_prior(start=[0.0, float("nan"), 0.0, 0.0])
+        slow._fit_to_prior(np.asarray(PRIOR), start=[0.0, float("nan"), 0.0, 0.0])
 
 
 def _authors_procedure(prior, lr, rewards_per_update, steps):
@@ -103,9 +112,8 @@ def test_released_fit_adam_state_carries_into_the_updates():
     assert all(v > 0 for v in state["adam"]["exp_avg_sq"])
     scorer.update(REWARDS)
     assert scorer.state_dict()["adam"]["step"] == scorer.fit_steps + 200
-    # refitting restarts the optimizer and runs the same fit again
-    scorer.fit_to_prior()
-    assert scorer.state_dict()["adam"] == state["adam"]
+    # a new scorer for the same prior runs the same fit again (from the cache)
+    assert CorpusScorer(NAMES, PRIOR).state_dict()["adam"] == state["adam"]
 
 
 def test_released_fit_ends_within_the_released_tolerance_not_at_the_prior():
@@ -114,7 +122,7 @@ def test_released_fit_ends_within_the_released_tolerance_not_at_the_prior():
     _assert_distribution(p)
     mse = float(np.mean((p - np.asarray(PRIOR)) ** 2))
     assert mse <= RELEASED_FIT_TOLERANCE == 1e-8
-    assert mse == pytest.approx(scorer.fit_to_prior(), rel=1e-12)
+    assert mse == pytest.approx(scorer._fit_to_prior(np.asarray(PRIOR)), rel=1e-12)
     assert np.abs(p - PRIOR).max() > 1e-5  # an approximate fit, as in the released code
     # A uniform prior is met at the uniform start: one Adam step on a zero gradient, ψ stays 0.
     uniform = CorpusScorer(NAMES, [0.25] * 4)

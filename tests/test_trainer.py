@@ -18,8 +18,10 @@ from transformers import (
     TrainerCallback,
 )
 
+from conftest import corpus_of
 from uat_hf.balancing import attach_balancing
-from uat_hf.callback import HISTORY_FILE, STATE_FILE
+from uat_hf.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE
+from uat_hf.corpus_evaluation import CorpusEvaluation
 from uat_hf.metrics import detokenize, translation_scores
 from uat_hf.presets import build_model
 from uat_hf.uat_config import UATConfig
@@ -64,7 +66,7 @@ def test_training_batches_follow_the_strategy(tmp_path, corpora, tokenizer, tiny
             tiny_model, make_args(tmp_path, strategy=strategy), train_corpora=train, processing_class=tokenizer,
         )
         sampler = trainer.corpus_sampler
-        drawn = [sampler.corpus_of(batch[0]) for batch in sampler]
+        drawn = [corpus_of(sampler, batch[0]) for batch in sampler]
         shares[strategy] = drawn.count("dictionary") / len(drawn)
         np.testing.assert_allclose(
             sampler.probabilities.sum(), 1.0
@@ -182,12 +184,20 @@ def test_attach_balancing_drives_a_stock_seq2seq_trainer(tmp_path, corpora, toke
     logged = {step: logs for step, logs in logger.entries if "loss" in logs}
     assert logged[2]["balance/p_bible"] == history[0]["probabilities"]["bible"]
     assert "balance/p_bible" not in logged[3]
-    assert (tmp_path / "stock" / "checkpoint-4" / STATE_FILE).is_file()
+    assert (tmp_path / "stock" / "checkpoint-4" / BALANCING_STATE_FILE).is_file()
+    # ... and the Trainer's own record of the logs, which trainer_state.json keeps, as under UATTrainer
+    assert_balance_logged(trainer.state.log_history, history)
+    saved = json.loads((tmp_path / "stock" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert_balance_logged(saved["log_history"], history[:2])
 
     shutil.rmtree(tmp_path / "stock" / "checkpoint-6")
     resumed, resumed_balancing = run(tmp_path / "stock", 6, resume=str(tmp_path / "stock" / "checkpoint-4"))
     assert (resumed_balancing.distribution.state_dict()["probabilities"]
             == balancing.distribution.state_dict()["probabilities"])
+    # The history file held the step-6 record of the first run; the resume cut it and the run wrote it again.
+    again = [json.loads(line) for line in (tmp_path / "stock" / HISTORY_FILE).read_text().splitlines()]
+    assert [{k: v for k, v in h.items() if k != "seconds"} for h in again] == [
+        {k: v for k, v in h.items() if k != "seconds"} for h in history]
     for p, q in zip(trainer.model.parameters(), resumed.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
 
@@ -195,6 +205,60 @@ def test_attach_balancing_drives_a_stock_seq2seq_trainer(tmp_path, corpora, toke
         stock_args = Seq2SeqTrainingArguments(str(tmp_path / "x"), report_to=[])
         attach_balancing(Seq2SeqTrainer(model=tiny_model, args=stock_args, processing_class=tokenizer),
                          corpora["train"])
+
+
+def assert_balance_logged(log_history, history):
+    """Each update's p and rewards are in the training log entry of its step, and only there."""
+    training = {entry["step"]: entry for entry in log_history if "loss" in entry}
+    for record in history:
+        for name, p in record["probabilities"].items():
+            assert training[record["step"]][f"balance/p_{name}"] == p
+            assert training[record["step"]][f"balance/reward_{name}"] == record["rewards"][name]
+    updated = {record["step"] for record in history}
+    assert all(("balance/seconds" in entry) == (step in updated) for step, entry in training.items())
+
+
+def test_uat_trainer_logs_the_balance_numbers_into_log_history_and_trainer_state(tmp_path, corpora, tokenizer,
+                                                                                   tiny_model):
+    args = make_args(tmp_path, strategy="multiuat", measure="exptp", mc_samples=2, update_every=2, max_steps=4,
+                     logging_steps=1, save_strategy="steps", save_steps=4)
+    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+                         processing_class=tokenizer)
+    trainer.train()
+    history = [json.loads(line) for line in (tmp_path / "out" / HISTORY_FILE).read_text().splitlines()]
+    assert [h["step"] for h in history] == [2, 4]
+    assert_balance_logged(trainer.state.log_history, history)
+    saved = json.loads((tmp_path / "out" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert_balance_logged(saved["log_history"], history)
+
+
+def test_a_stock_trainer_early_stops_on_the_mean_bleu_of_corpus_evaluation(tmp_path, corpora, tokenizer,
+                                                                           tiny_model):
+    """attach_balancing users get eval_mean_bleu too: CorpusEvaluation is one eval_dataset and a compute_metrics
+    that splits the translations by corpus, so metric_for_best_model="mean_bleu" works on a stock trainer."""
+    recorder = EvaluationRecorder()
+    small = {name: ds.select(range(8)) for name, ds in corpora["dev"].items()}
+    evaluation = CorpusEvaluation(small, tokenizer)
+    args = make_args(
+        tmp_path, max_steps=12, learning_rate=1e-12, eval_strategy="steps", eval_steps=2, save_strategy="steps",
+        save_steps=2, metric_for_best_model="mean_bleu", greater_is_better=True, load_best_model_at_end=True,
+        generation_num_beams=1, generation_max_length=8,
+    )
+    trainer = Seq2SeqTrainer(model=tiny_model, args=args, processing_class=tokenizer,
+                             data_collator=DataCollatorForSeq2Seq(tokenizer, model=tiny_model),
+                             eval_dataset=evaluation.dataset, compute_metrics=evaluation,
+                             callbacks=[EarlyStoppingCallback(early_stopping_patience=1), recorder])
+    attach_balancing(trainer, corpora["train"])
+    assert trainer.train().global_step == 4  # evaluations at steps 2 (best) and 4 (no better: patience 1 used up)
+    assert len(recorder.events) == 2
+    for metrics in recorder.events:
+        scores = {name: {"bleu": metrics[f"eval_{name}_bleu"]} for name in small}
+        assert metrics["eval_mean_bleu"] == pytest.approx(np.mean([s["bleu"] for s in scores.values()]))
+    # the same numbers as UATTrainer's per-corpus evaluation of the same model
+    uat = UATTrainer(trainer.model, args, eval_corpora=small, processing_class=tokenizer)
+    expected = uat.evaluate()
+    for key in ("eval_mean_bleu", "eval_mean_chrf", *(f"eval_{name}_chrf" for name in small)):
+        assert recorder.events[-1][key] == pytest.approx(expected[key])
 
 
 class EvaluationRecorder(TrainerCallback):

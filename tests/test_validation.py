@@ -29,7 +29,9 @@ import pytest
 from datasets import Dataset
 from transformers import HfArgumentParser
 
-from uat_hf.callback import STATE_FILE, CorpusBalancingCallback
+from conftest import corpus_of
+from uat_hf.callback import CorpusBalancingCallback
+from uat_hf.checkpoints import BALANCING_STATE_FILE
 from uat_hf.corpora import CorpusSpec, corpus_specs_from_directory, load_corpora
 from uat_hf.language_codes import check_language_codes, corpus_language_codes
 from uat_hf.presets import build_model
@@ -513,7 +515,10 @@ and are skipped without root).
 A torn last line in `balancing_history.jsonl` (a run killed while writing it) is dropped on resume, with a
 warning (`The last line of …/balancing_history.jsonl is torn …`), rather than refused. Temporary `.tmp-*.json`
 files that a kill during a checkpoint write leaves in `output_dir` or its checkpoint folders are removed on resume,
-with a warning.
+with a warning. A history file with fewer complete records than the checkpoint's updates is refused (`Cannot
+resume exactly: the checkpoint was saved after 3 balancing updates, but '…/balancing_history.jsonl' holds 1
+complete records of them …`;
+`test_resume.py::test_resume_from_an_older_checkpoint_keeps_only_its_history_and_continues_exactly`).
 
 ## Safe loading
 
@@ -607,8 +612,21 @@ def test_corpus_probabilities_from_the_command_line(env: Env):
 def test_static_strategy_samples_with_the_given_probabilities(env: Env):
     t = trainer(env, strategy="fixed", corpus_probabilities={"law": 1.0, "news": 0.0})
     np.testing.assert_array_equal(t.corpus_sampler.probabilities, [0.0, 1.0])  # in train_corpora order
-    drawn = {t.corpus_sampler.corpus_of(batch[0]) for batch in t.corpus_sampler}
+    drawn = {corpus_of(t.corpus_sampler, batch[0]) for batch in t.corpus_sampler}
     assert drawn == {"law"}
+
+
+def test_hand_given_probabilities_are_checked_once_at_the_boundary(env: Env, monkeypatch):
+    """The values when the settings are made (UATConfig), the names once the corpora are known: one check each."""
+    import uat_hf.uat_config as uat_config
+
+    checks = []
+    check = uat_config.check_corpus_probabilities
+    monkeypatch.setattr(uat_config, "check_corpus_probabilities", lambda *a, **k: checks.append(a) or check(*a, **k))
+    t = trainer(env, strategy="fixed", corpus_probabilities={"law": 0.25, "news": 0.75})
+    assert t.corpus_distribution.as_dict() == {"news": 0.75, "law": 0.25} and len(checks) == 1
+    with pytest.raises(ValueError, match="has no probability for training corpus 'news'"):
+        trainer(env, strategy="fixed", corpus_probabilities={"law": 0.25, "other": 0.75})
 
 
 @pytest.mark.parametrize("strategy", ["multiuat", "multidds-s"])
@@ -683,6 +701,6 @@ def test_the_audit_catches_what_it_should():
 def test_balancing_state_is_json(env: Env, tmp_path: Path):
     sampler = CorpusBatchSampler.from_datasets(env.train, max_tokens=64)
     callback = CorpusBalancingCallback(sampler)
-    callback.save(str(tmp_path / STATE_FILE))
-    state = json.loads((tmp_path / STATE_FILE).read_text(encoding="utf-8"))
+    callback.save(str(tmp_path / BALANCING_STATE_FILE))
+    state = json.loads((tmp_path / BALANCING_STATE_FILE).read_text(encoding="utf-8"))
     assert state["sampler"]["corpora"] == {"news": 6, "law": 4}

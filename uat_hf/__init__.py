@@ -8,7 +8,8 @@ The public API, by layer (imports run one way, top to bottom):
 * rewards — the interface and model helpers (``rewards``), :class:`UncertaintyReward` (MultiUAT, ``uncertainty``),
   :class:`GradientCosineReward` (MultiDDS-S, ``gradient_cosine``)
 * callback — :class:`CorpusBalancingCallback`
-* trainer — :class:`UATConfig`, :func:`attach_balancing` (a stock ``Seq2SeqTrainer``), :class:`UATTrainer`
+* trainer — :class:`UATConfig`, :func:`attach_balancing` and :class:`CorpusEvaluation` (a stock
+  ``Seq2SeqTrainer``), :class:`UATTrainer`
 
 The names are imported on first use (PEP 562), so that ``import uat_hf.plotting`` (or any light module)
 does not load torch and Transformers' trainer; ``from uat_hf import UATTrainer`` works as usual.
@@ -26,6 +27,7 @@ _EXPORTS = {
     "CorpusBalancingCallback": ".callback",
     "CorpusBatchSampler": ".sampler",
     "CorpusDistribution": ".distribution",
+    "CorpusEvaluation": ".corpus_evaluation",
     "CorpusScorer": ".scorer",
     "GradientCosineReward": ".gradient_cosine",
     "MEASURES": ".measures",
@@ -43,6 +45,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from .balancing import attach_balancing, corpus_dataloader
     from .callback import CorpusBalancingCallback
+    from .corpus_evaluation import CorpusEvaluation
     from .distribution import CorpusDistribution
     from .gradient_cosine import GradientCosineReward
     from .measures import MEASURES, RELEASED_CODE_MEASURES

@@ -49,10 +49,12 @@ def attach_balancing(
     dynamic strategy measures, one per training corpus. The callback goes right after the Trainer's flow
     callback, so the balancing numbers it adds to a log entry reach every logger.
 
-    Under a stock trainer the callback saves its state in ``on_save``, after the Trainer's own files, and
-    reads it back from ``output_dir/checkpoint-<step>``. To resume from a checkpoint elsewhere, set
-    ``callback.resume_from`` to its folder first; to skip folders a killed save left incomplete, resume from
-    :func:`~uat_hf.checkpoints.last_complete_checkpoint` rather than ``True``. ``UATTrainer`` does both itself.
+    The callback saves its state in ``on_save``, after the Trainer's own files, and reads it back from
+    ``output_dir/checkpoint-<step>``. To resume from a checkpoint elsewhere, set ``callback.resume_from`` to
+    its folder first; to skip folders a killed save left incomplete, resume from
+    ``resolve_resume_checkpoint(output_dir, True)`` (:mod:`uat_hf.checkpoints`) rather than ``True``. ``UATTrainer``
+    does both itself. For per-corpus BLEU and ``eval_mean_bleu`` (``metric_for_best_model="mean_bleu"``) on a
+    stock trainer, evaluate with :class:`~uat_hf.corpus_evaluation.CorpusEvaluation` (docs/usage.md).
     """
     config = trainer.args if config is None else config
     if not isinstance(config, UATConfig):

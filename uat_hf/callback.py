@@ -12,10 +12,12 @@ finished identically everywhere, so the scorer, which is deterministic, moves id
 Dev batches are drawn from generators seeded by ``(seed, update index, corpus)``, so they are the same on
 every rank and in a resumed run.
 
-State (the distribution, with its scorer, update count and history, and the sampler's position) is
-written as JSON into each checkpoint folder: by ``UATTrainer._save_checkpoint`` before the Trainer writes
-its own state, or by :meth:`CorpusBalancingCallback.on_save` under a stock Trainer. It is read back when
-training resumes. The update's numbers reach the Trainer's loggers with its next log entry.
+State (the distribution, with its scorer and update count, and the sampler's position) is written as JSON
+into each checkpoint folder by :meth:`CorpusBalancingCallback.on_save`, under ``UATTrainer`` and a stock
+Trainer alike, and read back by :meth:`CorpusBalancingCallback.restore` when training resumes. Each update's
+record goes to ``balancing_history.jsonl`` (:class:`~uat_hf.checkpoints.HistoryFile`), and its numbers join
+the Trainer's next training log entry: the one its loggers receive and the one kept in
+``state.log_history`` (so ``trainer_state.json``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from .checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, warn_if_history_torn, write_json_atomically
+from .checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, HistoryFile, write_json_atomically
 from .columns import model_columns
 from .names import check_exact_names
 from .packing import draw_token_batch, example_lengths, split_by_tokens
@@ -42,8 +44,7 @@ from .sampler import CorpusBatchSampler
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = BALANCING_STATE_FILE  # the name callers of this module know it by (HISTORY_FILE too, imported above)
-_STATE_FORMAT = 2  # 2: the distribution (p, prior, scorer, update count, history) saved in one piece
+_STATE_FORMAT = 3  # 2: the distribution saved in one piece; 3: without its history (balancing_history.jsonl has it)
 
 
 class CorpusBalancingCallback(TrainerCallback):
@@ -51,7 +52,7 @@ class CorpusBalancingCallback(TrainerCallback):
 
     The strategy, prior and scorer belong to ``sampler.distribution`` (a
     :class:`~uat_hf.distribution.CorpusDistribution`); this callback decides when to measure and update it,
-    and logs and checkpoints it.
+    and logs and checkpoints it: it is the one writer of the balancing state and of the history file.
 
     Args:
         sampler: the sampler the training DataLoader iterates.
@@ -59,7 +60,7 @@ class CorpusBalancingCallback(TrainerCallback):
             :class:`~uat_hf.gradient_cosine.GradientCosineReward`); ``None`` for static strategies.
         dev_corpora: tokenized trusted dev sets, one per training corpus (same names).
         collate_fn: turns a list of dataset rows into model inputs (the Trainer's data collator).
-        update_every: S, optimizer steps between two updates.
+        update_every: S, optimizer steps between two updates (checked by :class:`~uat_hf.uat_config.UATConfig`).
         dev_batch_tokens: tokens drawn per dev corpus at each update, an example counting max(source, target)
             tokens as in the authors' fairseq batches (and as the training batches count them).
         sub_batch_tokens: padded-token cap of one forward pass during measurement.
@@ -102,8 +103,7 @@ class CorpusBalancingCallback(TrainerCallback):
         #: Checkpoint folder to restore from at the start of training; when unset and the Trainer resumes,
         #: ``output_dir/checkpoint-<global_step>`` (where the Trainer itself saves) is used.
         self.resume_from: str | None = None
-        #: Whether :meth:`on_save` writes the state (a stock Trainer); ``UATTrainer`` saves it itself.
-        self.saves_on_save = True
+        self._history: HistoryFile | None = None  # set when training begins, where output_dir is known
         self._pending_logs: dict[str, float] = {}
         # Only the model's columns, selected once: select_columns builds a new Dataset (and fingerprint) per call.
         self.dev_corpora = {n: model_columns(d) for n, d in (dev_corpora or {}).items()}
@@ -115,8 +115,6 @@ class CorpusBalancingCallback(TrainerCallback):
                    else "keeps p fixed; give it no reward.")
             )
         if reward is not None:
-            if self.update_every < 1:
-                raise ValueError(f"update_every must be >= 1, got {update_every}.")
             if collate_fn is None:
                 raise ValueError("A dynamic strategy needs collate_fn to turn dev rows into model inputs.")
             _check_same_corpora(sampler.names, self.dev_corpora, "dev")
@@ -138,19 +136,18 @@ class CorpusBalancingCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ Trainer events
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.reward is not None and state.max_steps > 0 and self.update_every >= state.max_steps:
+        # UATConfig refuses update_every >= max_steps; a run by epochs learns its max_steps only here.
+        if self.reward is not None and args.max_steps <= 0 < state.max_steps <= self.update_every:
             raise ValueError(
                 f"update_every={self.update_every} >= max_steps={state.max_steps} (the steps this run trains): "
                 f"strategy {self.strategy!r} would never re-balance. Lower update_every or train longer."
             )
-        history = os.path.join(args.output_dir, HISTORY_FILE)
-        if state.global_step == 0:
-            if self.reward is not None and args.should_save and os.path.isfile(history):
-                _write_history(history, [])  # a new run into an old output_dir: its records are not this run's
-            return
         folder = self.resume_from or os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        path = os.path.join(folder, STATE_FILE)
-        if not os.path.isfile(path):
+        path = os.path.join(folder, BALANCING_STATE_FILE)
+        if state.global_step > 0 and os.path.isfile(path):
+            self.restore(folder, args)
+            return
+        if state.global_step > 0:
             if not self.allow_inexact_resume:
                 raise ValueError(
                     f"Cannot resume exactly at step {state.global_step}: {path} is missing, so the corpus sampler "
@@ -162,13 +159,8 @@ class CorpusBalancingCallback(TrainerCallback):
                 "corpus distribution its prior, so the run will not continue the exact same sequence.",
                 state.global_step, path,
             )
-            if self.reward is not None and args.should_save:
-                _write_history(history, [])  # the restarted distribution's updates only
-            return
-        self.load(path)
-        if args.should_save:  # the history file holds exactly the restored updates, whatever a kill left in it
-            warn_if_history_torn(history)
-            _write_history(history, self.distribution.history)
+        self._history = HistoryFile(os.path.join(args.output_dir, HISTORY_FILE), writes=args.should_save)
+        self._history.restore(0)  # a new run into an old output_dir, or a restart at the prior: only its own records
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         # The Trainer cannot always reach a sampler wrapped by accelerate (e.g. after skip_first_batches on
@@ -177,35 +169,32 @@ class CorpusBalancingCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.reward is not None and state.global_step > 0 and state.global_step % self.update_every == 0:
-            self.update(model, state.global_step, args.output_dir if args.should_save else None)
+            self.update(model, state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        # Under a stock Trainer (Trainer, Seq2SeqTrainer, TRL's SFTTrainer): add the last update's numbers to the
-        # training entry the loggers after us receive, and to its copy the Trainer has just appended to
-        # state.log_history (UATTrainer.log adds them before either is made, leaving nothing to pop here).
-        if logs is not None and ("loss" in logs or "train_loss" in logs):
-            numbers = self.pop_logs()
-            logs.update(numbers)
-            if numbers and state.log_history and state.log_history[-1].get("step") == state.global_step:
-                state.log_history[-1].update(numbers)
+        # The last update's numbers join the next training entry: the dict the loggers after us receive, and the
+        # copy Trainer.log put in state.log_history before calling us (what trainer_state.json keeps).
+        if logs is None or not self._pending_logs or not ("loss" in logs or "train_loss" in logs):
+            return
+        logs.update(self._pending_logs)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(self._pending_logs)
+        self._pending_logs = {}
 
     def on_save(self, args, state, control, **kwargs):
-        if self.saves_on_save and args.should_save:
+        # After the Trainer's own files: a kill in between leaves a folder without the balancing state, which
+        # checkpoint_problem() counts as incomplete, so resume never trusts it.
+        if args.should_save:
             folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             os.makedirs(folder, exist_ok=True)
-            self.save(os.path.join(folder, STATE_FILE))
-
-    def pop_logs(self) -> dict[str, float]:
-        """The last balancing update's numbers (p, rewards, seconds) if not logged yet; the history file has all."""
-        logs, self._pending_logs = self._pending_logs, {}
-        return logs
+            self.save(os.path.join(folder, BALANCING_STATE_FILE))
 
     # ------------------------------------------------------------------ the update
-    def update(self, model: torch.nn.Module, step: int, output_dir: str | None = None) -> dict:
+    def update(self, model: torch.nn.Module, step: int) -> dict:
         """One balancing update: measure every corpus, let the distribution move p; returns the record.
 
-        The record is appended to ``output_dir/balancing_history.jsonl`` when ``output_dir`` is given (the
-        process that saves), and its numbers go out with the Trainer's next log entry.
+        The record is appended to ``balancing_history.jsonl`` (during training), and its numbers go out with the
+        Trainer's next log entry.
         """
         start = time.perf_counter()
         process_index, num_processes = self._shard()
@@ -221,10 +210,8 @@ class CorpusBalancingCallback(TrainerCallback):
         self.distribution.update(rewards, record)
         record.update(extras)
         record["seconds"] = time.perf_counter() - start
-        if output_dir is not None:
-            os.makedirs(output_dir, exist_ok=True)
-            with open(os.path.join(output_dir, HISTORY_FILE), "a", encoding="utf-8") as history:
-                history.write(json.dumps(record) + "\n")
+        if self._history is not None:
+            self._history.append(record)
         names = self.sampler.names
         self._pending_logs = {f"balance/p_{n}": record["probabilities"][n] for n in names}
         self._pending_logs.update({f"balance/reward_{n}": record["rewards"][n] for n in names})
@@ -283,27 +270,30 @@ class CorpusBalancingCallback(TrainerCallback):
         return {"format": _STATE_FORMAT, "distribution": self.distribution.state_dict(),
                 "sampler": self.sampler.state_dict()}
 
-    def load_state_dict(self, state: Mapping) -> None:
+    def load_state_dict(self, state: Mapping, history: Sequence[Mapping] = ()) -> None:
+        """Restore a :meth:`state_dict` and the ``history`` records of its distribution's updates."""
         if state.get("format") != _STATE_FORMAT:
             raise ValueError(
                 f"The balancing state has format {state.get('format')!r}, this version of uat_hf reads "
-                f"{_STATE_FORMAT} (an older checkpoint kept p in the sampler and scorer separately); resume it with "
-                "the uat_hf that wrote it, or start a new run."
+                f"{_STATE_FORMAT} (an older checkpoint kept the history, or p in the sampler and scorer, inside the "
+                "state); resume it with the uat_hf that wrote it, or start a new run."
             )
-        self.distribution.load_state_dict(state["distribution"])
+        self.distribution.load_state_dict(state["distribution"], history)
         self.sampler.load_state_dict(state["sampler"])
 
     def save(self, path: str) -> None:
         write_json_atomically(path, self.state_dict())
 
-    def load(self, path: str) -> None:
-        with open(path, encoding="utf-8") as f:
-            self.load_state_dict(json.load(f))
-
-
-def _write_history(path: str, records: Sequence[Mapping]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(record) + "\n" for record in records)
+    def restore(self, folder: str, args: Any) -> None:
+        """Continue from checkpoint ``folder``: its balancing state, and the history records of the updates it had
+        seen, read from the history file of the run that saved it (in ``folder``'s parent) and kept as the history
+        file of this run (``args.output_dir``), without the records a later checkpoint or a kill left there."""
+        with open(os.path.join(folder, BALANCING_STATE_FILE), encoding="utf-8") as f:
+            state = json.load(f)
+        self._history = HistoryFile(os.path.join(args.output_dir, HISTORY_FILE), writes=args.should_save)
+        saved_in = os.path.join(os.path.dirname(os.path.abspath(folder)), HISTORY_FILE)
+        count = int(state.get("distribution", {}).get("update_count", 0))
+        self.load_state_dict(state, self._history.restore(count, source=saved_in))
 
 
 def _rows(dataset, indices: Sequence[int]) -> list[dict]:

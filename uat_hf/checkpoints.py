@@ -4,11 +4,19 @@ A run killed while saving (out of disk, pre-empted, Ctrl-C) leaves a ``checkpoin
 or torn. The stock ``get_last_checkpoint`` picks the highest N whatever it holds, so resume then fails, or
 worse, continues from half a state. Here a checkpoint counts as complete only when the files written last
 are there and parse: the Trainer's ``trainer_state.json`` (written after the weights, optimizer and RNG
-states) and the balancing state (``UATTrainer`` writes it before the Trainer's state; under a stock trainer
-the callback's ``on_save`` writes it after). Our own files are written atomically (a temporary file renamed
+states) and the balancing state (written after it by the balancing callback's ``on_save``, under
+``UATTrainer`` and a stock trainer alike). Our own files are written atomically (a temporary file renamed
 over the target), so they are either whole or absent; a kill mid-write leaves a ``.tmp-*.json`` that a resume
 removes. What a checkpoint will take on disk is estimated here too, so that a disk too small for it is refused
 before training and a save that a full disk cut short is removed rather than left torn.
+
+Which checkpoint a run resumes from is decided in one place, :func:`resolve_resume_checkpoint`, for
+``UATTrainer.train`` and ``uat-train`` alike.
+
+The balancing history lives in one file, ``output_dir/balancing_history.jsonl``, written only through
+:class:`HistoryFile`. A checkpoint does not copy it (it would grow with every update, by N² numbers per
+update for MultiDDS-S): the balancing state records how many updates it has seen, and a resume keeps exactly
+that many records of the file, however many a later checkpoint or a kill left behind.
 
 The names of the files a balancing run writes are defined here, in a module that imports neither torch nor
 the Trainer, so that readers of a run's output (:mod:`uat_hf.plotting`) stay light.
@@ -31,6 +39,8 @@ logger = logging.getLogger(__name__)
 BALANCING_STATE_FILE = "uat_balancing_state.json"
 #: One JSON record per balancing update (step, rewards, p, ...), appended in the training ``output_dir``.
 HISTORY_FILE = "balancing_history.jsonl"
+#: The name of the Trainer's own state file, the last one it writes into a checkpoint folder.
+TRAINER_STATE_FILE = "trainer_state.json"
 #: Words that ask ``train(resume_from_checkpoint=...)`` for the last complete checkpoint of ``output_dir``.
 LATEST = ("true", "latest")
 
@@ -43,27 +53,14 @@ _CHECKPOINT_EXTRA_BYTES = 64 * 1024
 def write_json_atomically(path: str, value: Any) -> None:
     """Write ``value`` as JSON to ``path`` so that a reader sees the old file, the new one, or none: never a
     torn one (the text goes to a temporary file in the same folder, which then replaces ``path``)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    descriptor, temporary = tempfile.mkstemp(prefix=_TEMPORARY_PREFIX, suffix=_TEMPORARY_SUFFIX, dir=folder)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as f:
-            json.dump(value, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
+    _write_text_atomically(path, json.dumps(value))
 
 
 def checkpoint_problem(folder: str, *, needs_balancing_state: bool = True) -> str | None:
     """Why ``folder`` cannot be resumed from exactly (a sentence naming the file), or ``None`` if it can."""
-    from transformers.trainer import TRAINER_STATE_NAME  # here: transformers.trainer imports torch
-
     if not os.path.isdir(folder):
         return f"{folder!r} is not a directory"
-    required = [TRAINER_STATE_NAME] + ([BALANCING_STATE_FILE] if needs_balancing_state else [])
+    required = [TRAINER_STATE_FILE] + ([BALANCING_STATE_FILE] if needs_balancing_state else [])
     for name in required:
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
@@ -175,7 +172,7 @@ def warn_if_history_torn(path: str) -> bool:
         return False
     except (UnicodeDecodeError, json.JSONDecodeError):
         logger.warning("The last line of %s is torn (a run was killed while writing it); it is dropped, and the "
-                       "file is rewritten from the checkpoint's balancing history.", path)
+                       "file keeps the records of the checkpoint's balancing updates.", path)
         return True
 
 
@@ -201,3 +198,85 @@ def free_bytes(path: str) -> int:
 
 def megabytes(n: int) -> str:
     return f"{n / 1e6:.2f} MB"
+
+
+def checkpoint_step(folder: str) -> int:
+    """The global step a Trainer checkpoint was saved at (0 if it has no trainer state)."""
+    path = os.path.join(folder, TRAINER_STATE_FILE)
+    if not os.path.isfile(path):
+        return 0
+    with open(path, encoding="utf-8") as f:
+        return int(json.load(f).get("global_step", 0))
+
+
+class HistoryFile:
+    """``balancing_history.jsonl`` of one run: the only writer of the file.
+
+    Args:
+        path: the file (``output_dir/balancing_history.jsonl``).
+        writes: whether this process writes it (the one that saves); other ranks only read it.
+    """
+
+    def __init__(self, path: str, *, writes: bool = True) -> None:
+        self.path = path
+        self.writes = writes
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Add one update's record (a line of JSON; the file is closed again, so a kill loses no finished line)."""
+        if self.writes:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def restore(self, count: int, source: str | None = None) -> list[dict[str, Any]]:
+        """The first ``count`` records of ``source`` (default: this file), which this file then holds exactly.
+
+        Records past ``count`` (written after the checkpoint being resumed, by a later checkpoint's run or
+        before a kill) and a line torn by a kill are dropped. Fewer than ``count`` complete records: the
+        history of the checkpoint is lost, and an exact resume is refused.
+        """
+        source = self.path if source is None else source
+        records = _read_records(source, count) if count > 0 else []
+        if count > 0 and self.writes:
+            warn_if_history_torn(source)
+        if len(records) < count:
+            raise ValueError(
+                f"Cannot resume exactly: the checkpoint was saved after {count} balancing updates, but {source!r} "
+                f"holds {len(records)} complete records of them. Put back that run's {HISTORY_FILE} (it lies in "
+                "the output_dir the checkpoint was saved in), or start a new run."
+            )
+        if self.writes:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            _write_text_atomically(self.path, "".join(json.dumps(record) + "\n" for record in records))
+        return records
+
+
+def _read_records(path: str, count: int) -> list[dict[str, Any]]:
+    """Up to ``count`` complete records from the start of a history file (a torn line ends the reading)."""
+    records: list[dict[str, Any]] = []
+    if not os.path.isfile(path):
+        return records
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if len(records) == count:
+                break
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # a run killed while writing it: warn_if_history_torn says so
+                break
+    return records
+
+
+def _write_text_atomically(path: str, text: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    descriptor, temporary = tempfile.mkstemp(prefix=_TEMPORARY_PREFIX, suffix=_TEMPORARY_SUFFIX, dir=folder)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise

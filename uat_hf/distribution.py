@@ -5,7 +5,9 @@ owns the prior p starts from, the scorer ψ of a dynamic strategy, the count of 
 their history. Static strategies keep p at the prior for the whole run; dynamic ones sample with the
 prior until the first update, then with softmax(ψ). The sampler only reads p from here (and records
 where each change took effect); the callback only asks for updates; a checkpoint saves the whole of it
-in one piece, and loading checks that p, ψ and the update count agree.
+in one piece, and loading checks that p, ψ and the update count agree. The history is the one exception:
+its records stay in memory and in ``balancing_history.jsonl`` only (:class:`~uat_hf.checkpoints.HistoryFile`),
+never in a checkpoint, which records how many there are; loading takes them back and checks they agree.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ STATIC_STRATEGIES: tuple[str, ...] = tuple(STATIC_TEMPERATURES) + ("fixed",)
 DYNAMIC_STRATEGIES: tuple[str, ...] = ("multiuat", "multidds-s")
 STRATEGIES: tuple[str, ...] = STATIC_STRATEGIES + DYNAMIC_STRATEGIES
 
-_STATE_FORMAT = 1
+_STATE_FORMAT = 2  # 2: the history is no longer inside the state (only its length, the update count)
 
 
 class CorpusDistribution:
@@ -40,7 +42,8 @@ class CorpusDistribution:
         names: corpus names, in the order of every probability vector.
         prior: the distribution p starts from (validated once, here).
         strategy: one of :data:`STRATEGIES`; a dynamic one needs ``scorer``.
-        scorer: the learned ψ of a dynamic strategy (fitted to ``prior``), ``None`` for a static one.
+        scorer: the learned ψ of a dynamic strategy, built from ``prior`` (:meth:`for_strategy` does), ``None``
+            for a static one. The prior itself is kept here only.
     """
 
     def __init__(self, names: Sequence[str], prior: Sequence[float], *, strategy: str = "fixed",
@@ -148,7 +151,8 @@ class CorpusDistribution:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable: p, the prior, the scorer, the counts and the history (floats round-trip exactly)."""
+        """JSON-serialisable: p, the prior, the scorer and the counts (floats round-trip exactly). Not the history,
+        which would grow the state with every update: ``update_count`` says how many records it holds."""
         return {
             "format": _STATE_FORMAT,
             "strategy": self.strategy,
@@ -158,14 +162,18 @@ class CorpusDistribution:
             "update_count": self.update_count,
             "version": self.version,
             "scorer": self.scorer.state_dict() if self.scorer is not None else None,
-            "history": [dict(record) for record in self.history],
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a :meth:`state_dict` after checking it belongs to this run and agrees with itself."""
+    def load_state_dict(self, state: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Restore a :meth:`state_dict` and the ``history`` records of its updates (one per update, as
+        :class:`~uat_hf.checkpoints.HistoryFile` reads them back) after checking they belong to this run and
+        agree with each other."""
         if state.get("format") != _STATE_FORMAT:
-            raise ValueError(f"Unsupported corpus distribution state format {state.get('format')!r} "
-                             f"(expected {_STATE_FORMAT}).")
+            raise ValueError(
+                f"Unsupported corpus distribution state format {state.get('format')!r} (expected {_STATE_FORMAT}); "
+                + ("format 1 kept the history inside every checkpoint: resume it with the uat_hf that wrote it, or "
+                   "start a new run." if state.get("format") == 1 else "upgrade uat_hf to resume from it.")
+            )
         if state["strategy"] != self.strategy:
             raise ValueError(
                 f"The checkpoint was trained with strategy {state['strategy']!r}, this run uses {self.strategy!r}; "
@@ -195,12 +203,16 @@ class CorpusDistribution:
                     + (f"softmax(ψ) = {expected.tolist()}" if version > 0 else f"the prior is {expected.tolist()}")
                     + f" (after {version} changes of p); the checkpoint is corrupt."
                 )
-        if len(state["history"]) != update_count:
-            raise ValueError(f"Inconsistent corpus distribution state: {len(state['history'])} history records for "
-                             f"{update_count} updates; the checkpoint is corrupt.")
+        if len(history) != update_count:
+            raise ValueError(f"Inconsistent corpus distribution state: {len(history)} history records for "
+                             f"{update_count} updates.")
+        last = history[-1].get("probabilities") if history else None
+        if last is not None and last != dict(zip(self.names, probabilities.tolist())):
+            raise ValueError(f"The last history record (step {history[-1].get('step')}) has p = {last}, the "
+                             f"checkpoint p = {probabilities.tolist()}: the history is another run's.")
         self._prior, self._p = prior, probabilities
         self.update_count, self.version = update_count, version
-        self.history = [dict(record) for record in state["history"]]
+        self.history = [dict(record) for record in history]
 
     def __repr__(self) -> str:
         p = ", ".join(f"{n}={v:.4f}" for n, v in zip(self.names, self._p))

@@ -62,7 +62,6 @@ def validate_probabilities(probabilities: Sequence[float], names: Sequence[str],
 
 def check_corpus_probabilities(
     probabilities: Mapping[str, float],
-    names: Sequence[str] | None = None,
     *,
     positive: bool = False,
     reason: str = "",
@@ -70,9 +69,9 @@ def check_corpus_probabilities(
 ) -> dict[str, float]:
     """Check hand-given probabilities (``UATConfig.corpus_probabilities``) and return them as floats.
 
-    Every message starts with ``corpus_probabilities`` and names the corpus and value at fault. With
-    ``names`` (the training corpora) the keys must be exactly those names; the result then follows their
-    order. ``positive=True`` also rejects an exact 0 (a scorer logit of -inf); ``reason`` says why.
+    Every message starts with ``corpus_probabilities`` and names the corpus and value at fault.
+    ``positive=True`` also rejects an exact 0 (a scorer logit of -inf); ``reason`` says why. Whether they
+    name exactly the training corpora is known only once the corpora are: :func:`corpus_probabilities_for`.
     """
     if not isinstance(probabilities, Mapping):
         raise ValueError(
@@ -95,16 +94,6 @@ def check_corpus_probabilities(
         if number < 0:
             raise ValueError(f"corpus_probabilities: probability of corpus {name!r} is negative ({number}).")
         values[str(name)] = number
-    if names is not None:
-        names = list(names)
-        check_exact_names(
-            values, names,
-            missing="corpus_probabilities has no probability for training corpus {name!r}; give one for each of "
-            "{expected}.",
-            extra="corpus_probabilities names corpus {name!r}, which is not a training corpus (training corpora: "
-            "{expected}).",
-        )
-        values = {n: values[n] for n in names}
     total = math.fsum(values.values())
     if abs(total - 1.0) > atol:
         raise ValueError(f"corpus_probabilities {values} sum to {total}, not 1 (tolerance {atol}).")
@@ -117,3 +106,17 @@ def check_corpus_probabilities(
                     "or use a static strategy."
                 )
     return values
+
+
+def corpus_probabilities_for(probabilities: Mapping[str, float], names: Sequence[str]) -> list[float]:
+    """Checked hand-given probabilities (:func:`check_corpus_probabilities`) in the order of the training
+    corpora ``names``, which they must name exactly."""
+    names = list(names)
+    check_exact_names(
+        probabilities, names,
+        missing="corpus_probabilities has no probability for training corpus {name!r}; give one for each of "
+        "{expected}.",
+        extra="corpus_probabilities names corpus {name!r}, which is not a training corpus (training corpora: "
+        "{expected}).",
+    )
+    return [float(probabilities[n]) for n in names]

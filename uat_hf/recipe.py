@@ -77,10 +77,6 @@ class Recipe(Mapping[str, Any]):
     def to_dict(self) -> dict[str, Any]:
         return dict(self._fields)
 
-    def updated(self, **changes: Any) -> Recipe:
-        """A copy with some fields changed (``None`` values are kept: they mean 'unset')."""
-        return Recipe({**self._fields, **changes}, source=self.source)
-
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_yaml(cls, text: str, *, source: str | None = None) -> Recipe:

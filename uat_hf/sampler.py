@@ -239,10 +239,6 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
     def __len__(self) -> int:
         return self._epoch_length
 
-    def corpus_of(self, index: int) -> str:
-        """Name of the corpus a global example index belongs to."""
-        return self.names[int(np.searchsorted(self.offsets, index, side="right")) - 1]
-
     def _corpus_stream(self, corpus: int) -> Iterator[np.ndarray]:
         """Endless shuffled batches (local indices) of one corpus; reshuffled on every pass."""
         for cycle in range(2**62):

@@ -119,7 +119,9 @@ class CorpusScorer:
     Args:
         names: corpus names, in the order used by reward sequences and by :attr:`probabilities`.
         prior: initial distribution q over ``names`` (e.g. :func:`uat_hf.priors.temperature_prior`);
-            every entry must be > 0 because a finite logit cannot represent probability 0.
+            every entry must be > 0 because a finite logit cannot represent probability 0. ψ is fitted to it
+            once, here, and it is not kept: the prior belongs to the
+            :class:`~uat_hf.distribution.CorpusDistribution` (nothing else may move ψ but :meth:`update`).
         lr: Adam learning rate of the updates, and of the prior fit in ``released`` mode (paper: 1e-4).
         steps: Adam steps per :meth:`update` (paper: 200).
         betas: Adam betas.
@@ -145,12 +147,11 @@ class CorpusScorer:
         check_unique_names(self.names, "Corpus names must be unique, got {names}.")
         self.lr, self.steps, self.betas = self._check_hparams(lr, steps, betas)
         self.prior_fit = self._check_prior_fit(prior_fit)
-        self._prior = self._check_prior(prior)
         self._psi = np.zeros(len(self.names), dtype=np.float64)
         self._optimizer = Adam(self.lr, self.betas)
-        #: Adam steps the last :meth:`fit_to_prior` took (the released fit's count carries into the updates).
+        #: Adam steps the prior fit took (the released fit's count carries into the updates).
         self.fit_steps: int = 0
-        self.fit_to_prior()
+        self._fit_to_prior(self._check_prior(prior))
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -193,11 +194,6 @@ class CorpusScorer:
 
     # ------------------------------------------------------------------ API
     @property
-    def prior(self) -> np.ndarray:
-        """The prior the scorer was fitted to (float64 copy)."""
-        return self._prior.copy()
-
-    @property
     def logits(self) -> np.ndarray:
         """ψ as a float64 array (copy)."""
         return self._psi.copy()
@@ -208,10 +204,10 @@ class CorpusScorer:
         p = softmax(self._psi)
         return p / p.sum()
 
-    def fit_to_prior(self, prior: Sequence[float] | None = None, *, start: Sequence[float] | None = None) -> float:
-        """Fit ψ to the prior q by minimising ``MSE(softmax(ψ), q)`` with Adam; returns the final MSE.
+    def _fit_to_prior(self, q: np.ndarray, start: Sequence[float] | None = None) -> float:
+        """Fit ψ to the (checked) prior q by minimising ``MSE(softmax(ψ), q)`` with Adam; returns the final MSE.
 
-        Runs in the constructor; call it again only to restart from a new prior.
+        Runs once, in the constructor: a refit would move ψ behind the back of the distribution that owns p.
 
         ``prior_fit="released"`` (the authors' ``pretrain_data_actor``): ψ starts at ``start`` (default 0,
         i.e. uniform p: the released actor's logits are a constant vector), a fresh Adam with the scorer's
@@ -227,16 +223,13 @@ class CorpusScorer:
         updates then start a fresh Adam.
 
         Args:
-            prior: a new prior to fit to (validated like the constructor's); default: the current one.
+            q: the prior to fit to.
             start: initial logits of the fit.
 
         Raises:
             ValueError: ``released`` with ``lr == 0`` (the fit could never move) for a non-uniform prior.
             RuntimeError: a ``released`` fit has not reached 1e-8 within :data:`RELEASED_FIT_MAX_STEPS`.
         """
-        if prior is not None:
-            self._prior = self._check_prior(prior)
-        q = self._prior
         if start is None:
             init = np.zeros_like(q) if self.prior_fit == "released" else np.log(q)
         else:
@@ -313,7 +306,7 @@ class CorpusScorer:
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (plain lists, floats, ints, strings), format :data:`_STATE_FORMAT` (2).
 
-        Holds ψ, the prior, the hyperparameters, ``prior_fit``, ``fit_steps`` and the Adam
+        Holds ψ, the hyperparameters, ``prior_fit``, ``fit_steps`` and the Adam
         state (``step``, ``exp_avg``, ``exp_avg_sq``; ``None`` while the optimizer has taken no step, i.e.
         with ``prior_fit="exact"`` before the first update). Python's ``json`` writes floats with ``repr``,
         which round-trips float64 exactly, so a scorer restored with :meth:`load_state_dict` continues
@@ -330,7 +323,6 @@ class CorpusScorer:
             "format": _STATE_FORMAT,
             "names": list(self.names),
             "logits": [float(v) for v in self._psi.tolist()],
-            "prior": [float(v) for v in self._prior.tolist()],
             "lr": self.lr,
             "steps": self.steps,
             "betas": list(self.betas),
@@ -376,10 +368,6 @@ class CorpusScorer:
         lr, steps, betas = self._check_hparams(state["lr"], state["steps"], state.get("betas", self.betas))
         prior_fit = self._check_prior_fit(state["prior_fit"]) if version == _STATE_FORMAT else "exact"
         fit_steps = int(state["fit_steps"]) if version == _STATE_FORMAT else 0
-        prior = self._prior
-        if state.get("prior") is not None:
-            self._check_prior(state["prior"])
-            prior = np.asarray(state["prior"], dtype=np.float64)  # as saved, bit for bit (no renormalisation)
         adam = state.get("adam")
         adam_state = None
         if adam is not None:
@@ -387,7 +375,7 @@ class CorpusScorer:
                           vector("adam.exp_avg_sq", adam["exp_avg_sq"]))
 
         # Everything validated: now mutate.
-        self.lr, self.steps, self.betas, self._prior = lr, steps, betas, prior
+        self.lr, self.steps, self.betas = lr, steps, betas
         self.prior_fit, self.fit_steps = prior_fit, fit_steps
         self._psi = logits
         self._optimizer = Adam(self.lr, self.betas)

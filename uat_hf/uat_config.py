@@ -16,7 +16,7 @@ from transformers import Seq2SeqTrainingArguments
 
 from .distribution import DYNAMIC_STRATEGIES, STRATEGIES, CorpusDistribution
 from .measures import MEASURES, RELEASED_CODE_MEASURES
-from .priors import STATIC_TEMPERATURES, check_corpus_probabilities
+from .priors import STATIC_TEMPERATURES, check_corpus_probabilities, corpus_probabilities_for
 from .scorer import PRIOR_FITS
 
 MC_BATCH_MODES = ("auto", "loop", "replicate")
@@ -343,12 +343,8 @@ class UATConfig(Seq2SeqTrainingArguments):
     def corpus_distribution(self, sizes: Mapping[str, int]) -> CorpusDistribution:
         """The distribution these settings start from, over corpora of these ``sizes`` (name → examples)."""
         probabilities = None
-        if self.corpus_probabilities is not None:
-            given = check_corpus_probabilities(
-                self.corpus_probabilities, list(sizes), positive=self.is_dynamic,
-                reason=f" but strategy {self.strategy!r} starts its scorer from these probabilities",
-            )
-            probabilities = list(given.values())
+        if self.corpus_probabilities is not None:  # the values were checked in __post_init__, the names only here
+            probabilities = corpus_probabilities_for(self.corpus_probabilities, list(sizes))
         return CorpusDistribution.for_strategy(
             self.strategy, sizes, temperature=self.effective_prior_temperature, probabilities=probabilities,
             scorer_lr=self.scorer_lr, scorer_steps=self.scorer_steps, scorer_prior_fit=self.scorer_prior_fit,

@@ -7,8 +7,8 @@ What it adds to the stock trainer, and why:
   because ``interleave_datasets`` cannot change its mix during training.
 * **Balancing** is wired by :func:`~uat_hf.balancing.attach_balancing` from the arguments, as it would be on
   a stock trainer: the :class:`~uat_hf.distribution.CorpusDistribution` that owns p, the sampler that reads
-  it, and the :class:`~uat_hf.callback.CorpusBalancingCallback` that updates it. Its state is written into
-  each checkpoint folder before the Trainer's own, and its numbers join the Trainer's log entries.
+  it, and the :class:`~uat_hf.callback.CorpusBalancingCallback` that updates it, saves its state into each
+  checkpoint folder and adds its numbers to the Trainer's log entries, as on a stock trainer.
 * **Evaluation** has one path, :meth:`UATTrainer.translate`, used by ``evaluate``, ``predict`` and
   ``uat-evaluate``: the Trainer's own generation loop (distributed, FSDP-aware) over each named corpus,
   longest source first so that batches pad and wait little, then detokenized hypotheses scored against the
@@ -31,14 +31,20 @@ import torch
 from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer, TrainerState
-from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput
+from transformers.trainer_utils import PredictionOutput
 
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
 from .causal_eval import continuation, first_line, left_padding, prompt_only
 from .causal_model import is_causal_lm
-from .checkpoints import BALANCING_STATE_FILE, remove_stray_temporaries, resolve_resume_checkpoint
+from .checkpoints import (
+    BALANCING_STATE_FILE,
+    TRAINER_STATE_FILE,
+    checkpoint_step,
+    remove_stray_temporaries,
+    resolve_resume_checkpoint,
+)
 from .columns import REFERENCE_COLUMN
+from .corpus_evaluation import corpus_references
 from .distribution import CorpusDistribution
 from .measures import IGNORE_INDEX
 from .metrics import detokenize, macro_average, translation_scores
@@ -121,7 +127,8 @@ class UATTrainer(Seq2SeqTrainer):
             check_corpora(self.train_corpora, self.dev_corpora, args)
         if data_collator is None:
             data_collator = DataCollatorForSeq2Seq(processing_class, model=model, label_pad_token_id=IGNORE_INDEX)
-        self._references = {name: _references(ds, processing_class, name) for name, ds in self.eval_corpora.items()}
+        self._references = {name: corpus_references(ds, processing_class, name)
+                            for name, ds in self.eval_corpora.items()}
         self.corpus_generation_kwargs = {name: dict(value) for name, value in (corpus_generation_kwargs or {}).items()}
         self.metric_signatures: dict[str, str] = {}
         self._trained = TrainedCount()  # examples and tokens trained on by the current train() call
@@ -137,8 +144,6 @@ class UATTrainer(Seq2SeqTrainer):
         )
         self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora) if train_corpora is not None
                           else None)
-        if self.balancing is not None:
-            self.balancing.saves_on_save = False  # _save_checkpoint writes the state, before the Trainer's own
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
 
     #: Tells :func:`~uat_hf.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
@@ -165,30 +170,29 @@ class UATTrainer(Seq2SeqTrainer):
         if resume_from_checkpoint and self.args.should_save:
             remove_stray_temporaries(self.args.output_dir)
         if resume_from_checkpoint and self.args.max_steps > 0:
-            done = _checkpoint_step(resume_from_checkpoint)
+            done = checkpoint_step(resume_from_checkpoint)
             if done >= self.args.max_steps:
                 raise ValueError(
                     f"Checkpoint {resume_from_checkpoint!r} is already at step {done} and max_steps is "
                     f"{self.args.max_steps}: nothing is left to train. Raise max_steps to train on, or load the "
-                    "trained model from the checkpoint."
+                    "trained model from the checkpoint (load_checkpoint)."
                 )
         self.balancing.resume_from = resume_from_checkpoint or None
         self._trained = TrainedCount()
         return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)
 
+    def load_checkpoint(self, folder: str) -> None:
+        """Put the trainer where ``train`` left it at checkpoint ``folder``: the weights (by the Trainer's own
+        loader, as a resume loads them, in every format), the trainer state, and the balancing state with its
+        history (the final p). For a checkpoint already at ``max_steps``, which ``train`` refuses to resume."""
+        self._load_from_checkpoint(folder)
+        self.state = TrainerState.load_from_json(os.path.join(folder, TRAINER_STATE_FILE))
+        if self.balancing is not None and os.path.isfile(os.path.join(folder, BALANCING_STATE_FILE)):
+            self.balancing.restore(folder, self.args)  # absent only when allow_inexact_resume accepted the folder
+
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
         return corpus_dataloader(self, self.corpus_sampler, self.train_dataset)
-
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        # The balancing state goes into the checkpoint folder first: the Trainer writes trainer_state.json last,
-        # so a folder with a complete trainer state also holds a complete balancing state.
-        if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial),
-                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            self.balancing.save(os.path.join(folder, BALANCING_STATE_FILE))
-        super()._save_checkpoint(model, trial)
 
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
                       ) -> torch.Tensor:
@@ -196,12 +200,10 @@ class UATTrainer(Seq2SeqTrainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """The Trainer's log; a training entry also gets the last balancing update's numbers (p, rewards). The
-        final entry's ``train_samples_per_second`` (the Trainer's counts ``per_device_train_batch_size`` examples
-        per batch) is replaced by the examples really trained on, and ``train_tokens_per_second`` (source +
-        target tokens, padding excluded) is added, both over all processes."""
-        if self.balancing is not None and _is_training_log(logs):
-            logs.update(self.balancing.pop_logs())
+        """The Trainer's log. The final entry's ``train_samples_per_second`` (the Trainer's counts
+        ``per_device_train_batch_size`` examples per batch) is replaced by the examples really trained on, and
+        ``train_tokens_per_second`` (source + target tokens, padding excluded) is added, both over all processes.
+        (The balancing numbers join the entry in the callback's ``on_log``, under any trainer.)"""
         if "train_runtime" in logs:
             logs.update(self._trained.speed_metrics(logs["train_runtime"], self.accelerator))
         super().log(logs, start_time)
@@ -248,7 +250,7 @@ class UATTrainer(Seq2SeqTrainer):
         follow ``metric_for_best_model="mean_bleu"``.
         """
         if isinstance(eval_dataset, Dataset):
-            metrics = self._translate_dataset(eval_dataset, _references(eval_dataset, self.processing_class),
+            metrics = self._translate_dataset(eval_dataset, corpus_references(eval_dataset, self.processing_class),
                                               metric_key_prefix, ignore_keys, gen_kwargs).output.metrics
         else:
             translations = self.translate(eval_dataset, metric_key_prefix, ignore_keys, **gen_kwargs)
@@ -273,7 +275,7 @@ class UATTrainer(Seq2SeqTrainer):
         ``target_text`` nor a ``labels`` column) is translated without scores."""
         if isinstance(test_dataset, Dataset):
             columns = test_dataset.column_names
-            references = (_references(test_dataset, self.processing_class)
+            references = (corpus_references(test_dataset, self.processing_class)
                           if REFERENCE_COLUMN in columns or "labels" in columns else None)
             return self._translate_dataset(test_dataset, references, metric_key_prefix, ignore_keys, gen_kwargs).output
         translations = self.translate(test_dataset, metric_key_prefix, ignore_keys, **gen_kwargs)
@@ -323,7 +325,7 @@ class UATTrainer(Seq2SeqTrainer):
     def _references_of(self, name: str, dataset: Dataset) -> list[str]:
         if name in self._references and dataset is self.eval_corpora.get(name):
             return self._references[name]
-        return _references(dataset, self.processing_class, name)
+        return corpus_references(dataset, self.processing_class, name)
 
     def _named_corpora(self, corpora: Mapping[str, Dataset] | str | None) -> dict[str, Dataset]:
         if isinstance(corpora, str):
@@ -345,10 +347,6 @@ class UATTrainer(Seq2SeqTrainer):
             return {}
         return {f"{prefix}_mean_bleu": macro_average(per_corpus, "bleu"),
                 f"{prefix}_mean_chrf": macro_average(per_corpus, "chrf")}
-
-
-def _is_training_log(logs: Mapping[str, Any]) -> bool:
-    return "loss" in logs or "train_loss" in logs
 
 
 def _longest_source_first_order(dataset: Dataset) -> list[int]:
@@ -373,18 +371,3 @@ def _in_original_order(output: PredictionOutput, order: list[int]) -> Prediction
         return array
 
     return PredictionOutput(restore(output.predictions), restore(output.label_ids), output.metrics)
-
-
-def _checkpoint_step(checkpoint: str) -> int:
-    """The global step a Trainer checkpoint was saved at (0 if it has no trainer state)."""
-    state_file = os.path.join(checkpoint, TRAINER_STATE_NAME)
-    return TrainerState.load_from_json(state_file).global_step if os.path.isfile(state_file) else 0
-
-
-def _references(dataset: Dataset, tokenizer: Any, name: str | None = None) -> list[str]:
-    if REFERENCE_COLUMN in dataset.column_names:
-        return list(dataset[REFERENCE_COLUMN])
-    if "labels" not in dataset.column_names:
-        which = f"Evaluation corpus {name!r}" if name is not None else "An evaluation corpus"
-        raise ValueError(f"{which} needs a {REFERENCE_COLUMN!r} or 'labels' column (has {dataset.column_names}).")
-    return detokenize(tokenizer, dataset["labels"])

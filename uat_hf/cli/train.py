@@ -34,13 +34,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from transformers import TrainerCallback, TrainerState
-from transformers.trainer import TRAINER_STATE_NAME
+from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from ..checkpoints import (
-    BALANCING_STATE_FILE,
     checkpoint_bytes,
+    checkpoint_step,
     free_bytes,
     megabytes,
     model_bytes,
@@ -293,7 +292,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         else:
             say(f"{finished} is already at max_steps={training_args.max_steps}: training is done, evaluating its "
                 "model")
-            load_finished_checkpoint(trainer, finished)
+            trainer.load_checkpoint(finished)
         trainer.save_model()
         trainer.save_state()
     except Exception as error:
@@ -345,20 +344,7 @@ def finished_checkpoint(training_args) -> str | None:
                                        exact=not training_args.allow_inexact_resume)
     if folder is None:
         return None
-    step = TrainerState.load_from_json(os.path.join(folder, TRAINER_STATE_NAME)).global_step
-    return folder if step >= training_args.max_steps else None
-
-
-def load_finished_checkpoint(trainer: UATTrainer, folder: str) -> None:
-    """Put the trainer where ``train`` left it at ``folder``: weights, trainer state and the balancing state
-    (final p), so the model saved and evaluated next is the one an unbroken run evaluates. The log history
-    lacks only the run's summary entry (``train_loss``), logged after the last save: the interrupted run wrote
-    it to ``train_results.json`` if it got that far."""
-    trainer._load_from_checkpoint(folder)  # the Trainer's own loader, as train() uses on resume (every format)
-    trainer.state = TrainerState.load_from_json(os.path.join(folder, TRAINER_STATE_NAME))
-    balancing_state = os.path.join(folder, BALANCING_STATE_FILE)
-    if os.path.isfile(balancing_state):  # absent only when allow_inexact_resume accepted the checkpoint
-        trainer.balancing.load(balancing_state)
+    return folder if checkpoint_step(folder) >= training_args.max_steps else None
 
 
 def _scores(metrics: dict[str, float], name: str) -> dict[str, float]:
