@@ -132,8 +132,6 @@ class UATTrainer(Seq2SeqTrainer):
         self._references = {name: _references(ds, processing_class, name) for name, ds in self.eval_corpora.items()}
         self.corpus_generation_kwargs = {name: dict(value) for name, value in (corpus_generation_kwargs or {}).items()}
         self._codes_read: set[str] = set()
-        for name, dataset in self.eval_corpora.items():  # before training, so that a corpus without a code warns now
-            self._generation_kwargs_of(name, dataset)
         self.metric_signatures: dict[str, str] = {}
         self._trained = TrainedCount()  # examples and tokens trained on by the current train() call
         super().__init__(
@@ -151,7 +149,7 @@ class UATTrainer(Seq2SeqTrainer):
         if self.balancing is not None:
             self.balancing.saves_on_save = False  # _save_checkpoint writes the state, before the Trainer's own
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
-        self._share_generation_code()
+        self._read_generation_codes()
 
     #: Tells :func:`~uat_hf.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
     owns_corpus_sampler = True
@@ -347,9 +345,12 @@ class UATTrainer(Seq2SeqTrainer):
             kwargs = self.corpus_generation_kwargs[name] = {**kwargs, **found}
         return kwargs
 
-    def _share_generation_code(self) -> None:
-        """A target code forced for every corpus becomes the model's default (``generation_config``), unless it
-        has one: a reloaded model then generates in that language without being told."""
+    def _read_generation_codes(self) -> None:
+        """Each evaluation corpus's target code, read before training (so that a corpus without one warns now); a
+        code forced for every corpus becomes the model's default (``generation_config``) unless it has one, so
+        that a reloaded model generates in that language without being told."""
+        for name, dataset in self.eval_corpora.items():
+            self._generation_kwargs_of(name, dataset)
         forced = {kwargs.get("forced_bos_token_id") for kwargs in self.corpus_generation_kwargs.values()}
         config = getattr(self.model, "generation_config", None)
         if len(forced) == 1 and None not in forced and config is not None and config.forced_bos_token_id is None:
