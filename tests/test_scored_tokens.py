@@ -195,7 +195,7 @@ def test_a_custom_collator_without_a_tokenizer_is_refused(corpora, tiny_model, t
 
     args = UATConfig(output_dir=str(tmp_path), strategy="multiuat", measure="exptp", report_to=[], use_cpu=True)
     trainer = Seq2SeqTrainer(tiny_model, args, data_collator=default_data_collator)
-    with pytest.raises(ValueError, match=r"data collator \(function\) is not a DataCollatorForSeq2Seq.*"
+    with pytest.raises(ValueError, match=r"data collator \(default_data_collator\) is not a DataCollatorForSeq2Seq.*"
                                          r"processing_class"):
         attach_balancing(trainer, corpora["train"], corpora["dev"])
 

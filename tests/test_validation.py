@@ -138,6 +138,25 @@ def no_dropout(env: Env) -> UATTrainer:
     return trainer(env, model=model, strategy="multiuat", measure="exptp")
 
 
+def decoder_only(kind: str):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    if kind == "gpt2":
+        return GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2))
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+
+
+def stock_trainer(env: Env, model: Any, **kwargs: Any):
+    """``attach_balancing`` on a stock ``Seq2SeqTrainer`` (multiuat), as a user of the callback would call it."""
+    from transformers import Seq2SeqTrainer
+
+    from uat_hf.balancing import attach_balancing
+
+    stock = Seq2SeqTrainer(model, config(env, strategy="multiuat", measure="exptp"), **kwargs)
+    return attach_balancing(stock, env.train, env.dev)
+
+
 def write_jsonl(env: Env, name: str, rows: list[dict]) -> str:
     path = env.tmp / f"{name}.train.jsonl"
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
@@ -387,6 +406,15 @@ CASES: list[Case] = [
     Case("enteos-no-eos", "`measure=\"enteos\"`, `model.config.eos_token_id=None`, tokenizer without EOS",
          "UATTrainer",
          "Measure 'enteos' needs the EOS token id", no_eos),
+    Case("decoder-only-model", "a decoder-only model (`LlamaForCausalLM`) in `UATTrainer`", "UATTrainer",
+         "LlamaForCausalLM (model_type 'llama') is not an encoder-decoder model",
+         lambda e: trainer(e, model=decoder_only("llama"))),
+    Case("decoder-only-stock-trainer", "`attach_balancing` on a stock `Seq2SeqTrainer` training GPT-2", "attach_balancing",
+         "GPT2LMHeadModel (model_type 'gpt2') is not an encoder-decoder model",
+         lambda e: stock_trainer(e, decoder_only("gpt2"))),
+    Case("collator-no-tokenizer", "`attach_balancing`: stock trainer, `default_data_collator`, no `processing_class`",
+         "attach_balancing", "(default_data_collator) is not a DataCollatorForSeq2Seq and the trainer has no processing_class",
+         lambda e: stock_trainer(e, e.model, data_collator=__import__("transformers").default_data_collator)),
     # --- loading corpora from files ---
     Case("row-missing-target", "JSONL row 1 without the target language", "load_corpora",
          "Corpus 'legal' split 'train' row 1: target text (language 'de' in field 'translation') is missing",

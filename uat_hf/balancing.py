@@ -143,8 +143,9 @@ def measuring_collator(trainer: Any) -> Callable[[list[dict]], dict[str, torch.T
             return collator
         return dataclasses.replace(collator, label_pad_token_id=IGNORE_INDEX)
     if trainer.processing_class is None:
+        name = getattr(collator, "__name__", type(collator).__name__)
         raise ValueError(
-            f"The trainer's data collator ({type(collator).__name__}) is not a DataCollatorForSeq2Seq and the trainer "
+            f"The trainer's data collator ({name}) is not a DataCollatorForSeq2Seq and the trainer "
             "has no processing_class, so the dev batches the balancing measures could not be padded with labels "
             "-100 (padded labels would count as target tokens). Pass processing_class=<tokenizer> to the trainer, "
             "or data_collator=DataCollatorForSeq2Seq(tokenizer, model=model)."
