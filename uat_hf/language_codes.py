@@ -35,6 +35,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from .checkpoints import write_json_atomically
 from .corpus_specs import CorpusSpec
 
 logger = logging.getLogger(__name__)
@@ -257,8 +258,7 @@ def save_generation_kwargs(kwargs: Mapping[str, Mapping[str, Any]], folder: str)
     out. Read it back with ``model.generate(**inputs, **json.load(f)[corpus])``."""
     kept = {name: {key: value for key, value in values.items() if _jsonable(value)} for name, values in kwargs.items()}
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, GENERATION_KWARGS_FILE), "w", encoding="utf-8") as f:
-        json.dump(kept, f, indent=2)
+    write_json_atomically(os.path.join(folder, GENERATION_KWARGS_FILE), kept)  # never torn by a kill mid-save
 
 
 def _jsonable(value: Any) -> bool:
