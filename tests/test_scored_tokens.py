@@ -157,13 +157,16 @@ def test_a_code_shared_by_every_corpus_goes_into_the_saved_generation_config(tmp
 
 def test_a_corpus_whose_labels_show_no_code_is_warned_about(mbart, tmp_path, caplog):
     tokenizer, data = mbart
-    no_labels = {"de": data["dev"]["de"].select(range(3)).remove_columns("labels")}
+    dev = {name: ds.select(range(3)) for name, ds in data["dev"].items()}
+    corpora = {"de": dev["de"].remove_columns("labels"), "fr": dev["fr"]}
     with caplog.at_level(logging.WARNING, logger="uat_hf.language_codes"):
-        trainer = UATTrainer(tiny_model(tokenizer, "mbart"), _config(tmp_path), eval_corpora=no_labels,
+        trainer = UATTrainer(tiny_model(tokenizer, "mbart"), _config(tmp_path), eval_corpora=corpora,
                              processing_class=tokenizer)
     assert "Corpus 'de': MBart50Tokenizer places language codes, but it has no labels" in caplog.text
     assert "corpus_generation_kwargs" in caplog.text
-    assert trainer.corpus_generation_kwargs == {}
+    french = tokenizer.convert_tokens_to_ids("fr_XX")
+    assert trainer.corpus_generation_kwargs == {"fr": {"forced_bos_token_id": french}}
+    assert trainer.model.generation_config.forced_bos_token_id is None  # fr's code is not de's default
 
 
 # ------------------------------------------------------------------------------------------- label padding

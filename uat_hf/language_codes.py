@@ -37,6 +37,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .checkpoints import write_json_atomically
 from .corpus_specs import CorpusSpec
+from .measures import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
 
@@ -237,7 +238,7 @@ def labels_generation_kwargs(
     codes = language_code_ids(tokenizer)
     if not codes:
         return {}
-    firsts = {next((int(t) for t in row if t != -100), None) for row in labels or ()}
+    firsts = {next((int(t) for t in row if t != IGNORE_INDEX), None) for row in labels or ()}
     if len(firsts) == 1 and next(iter(firsts)) in codes:
         return {"forced_bos_token_id": next(iter(firsts))}
     shown = "it has no labels" if not firsts else (

@@ -351,7 +351,8 @@ class UATTrainer(Seq2SeqTrainer):
         that a reloaded model generates in that language without being told."""
         for name, dataset in self.eval_corpora.items():
             self._generation_kwargs_of(name, dataset)
-        forced = {kwargs.get("forced_bos_token_id") for kwargs in self.corpus_generation_kwargs.values()}
+        names = set(self.corpus_generation_kwargs) | set(self.eval_corpora)  # a corpus without a code: no default
+        forced = {self.corpus_generation_kwargs.get(name, {}).get("forced_bos_token_id") for name in names}
         config = getattr(self.model, "generation_config", None)
         if len(forced) == 1 and None not in forced and config is not None and config.forced_bos_token_id is None:
             config.forced_bos_token_id = forced.pop()
