@@ -1,5 +1,6 @@
 """Rewards score the right tokens: not the language code that opens the labels, not label padding, and only
-on encoder-decoder models; a code scheme's generation codes are found and saved without being handed over.
+on models whose logits they know how to read (seq2seq or causal LM); a code scheme's generation codes are
+found and saved without being handed over.
 
 Real parts only: tokenizers trained offline on the bundled text (NLLB, M2M100, mBART-50 layouts from
 ``test_language_codes``), tiny random models from configs, a stock ``Seq2SeqTrainer``.
@@ -22,11 +23,11 @@ from test_language_codes import (
     tiny_model,
 )
 from transformers import (
+    BertConfig,
+    BertForMaskedLM,
     DataCollatorForSeq2Seq,
     GPT2Config,
     GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
     Seq2SeqTrainer,
     Trainer,
 )
@@ -203,30 +204,35 @@ def test_a_custom_collator_without_a_tokenizer_is_refused(corpora, tiny_model, t
         attach_balancing(trainer, corpora["train"], corpora["dev"])
 
 
-# ------------------------------------------------------------------------------------------- decoder-only models
+# ------------------------------------------------------------------------------------------- unsupported models
 
 
-def _gpt2():
-    return GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2))
-
-
-def _llama():
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+def _bert():
+    """An encoder-only masked LM: neither sequence-to-sequence nor causal."""
+    return BertForMaskedLM(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=32, max_position_embeddings=32))
 
 
 @pytest.mark.parametrize("strategy", ["multiuat", "multidds-s", "proportional"])
-def test_a_decoder_only_model_on_a_stock_trainer_is_refused_naming_its_class(corpora, tmp_path, strategy):
+def test_an_encoder_only_model_on_a_stock_trainer_is_refused_naming_its_class(corpora, tmp_path, strategy):
     args = UATConfig(output_dir=str(tmp_path), strategy=strategy, report_to=[], use_cpu=True)
-    trainer = Trainer(_gpt2(), args)
-    with pytest.raises(ValueError, match=r"GPT2LMHeadModel \(model_type 'gpt2'\) is not an encoder-decoder model"):
+    trainer = Trainer(_bert(), args)
+    with pytest.raises(ValueError, match=r"BertForMaskedLM \(model_type 'bert'\) is neither an encoder-decoder model "
+                                         r"\(config.is_encoder_decoder\) nor a decoder-only causal LM"):
         attach_balancing(trainer, corpora["train"], corpora["dev"])
 
 
-def test_a_decoder_only_model_in_uat_trainer_is_refused_before_training(corpora, tokenizer, tmp_path):
+def test_an_encoder_only_model_in_uat_trainer_is_refused_before_training(corpora, tokenizer, tmp_path):
     args = UATConfig(output_dir=str(tmp_path), strategy="multiuat", report_to=[], use_cpu=True)
-    with pytest.raises(ValueError, match=r"LlamaForCausalLM \(model_type 'llama'\).*decoder-only"):
-        UATTrainer(_llama(), args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+    with pytest.raises(ValueError, match=r"BertForMaskedLM \(model_type 'bert'\) is neither"):
+        UATTrainer(_bert(), args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
                    processing_class=tokenizer)
-    with pytest.raises(ValueError, match=r"LlamaForCausalLM"):  # an evaluation-only trainer too
-        UATTrainer(_llama(), args, eval_corpora=corpora["dev"], processing_class=tokenizer)
+    with pytest.raises(ValueError, match=r"BertForMaskedLM"):  # an evaluation-only trainer too
+        UATTrainer(_bert(), args, eval_corpora=corpora["dev"], processing_class=tokenizer)
+
+
+def test_a_causal_lm_is_not_refused():
+    from uat_hf.rewards import require_supported_model
+
+    require_supported_model(GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1,
+                                                       n_head=2)))

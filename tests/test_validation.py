@@ -138,13 +138,12 @@ def no_dropout(env: Env) -> UATTrainer:
     return trainer(env, model=model, strategy="multiuat", measure="exptp")
 
 
-def decoder_only(kind: str):
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+def encoder_only():
+    """A tiny BERT masked LM: neither sequence-to-sequence nor a causal LM."""
+    from transformers import BertConfig, BertForMaskedLM
 
-    if kind == "gpt2":
-        return GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2))
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+    return BertForMaskedLM(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=32, max_position_embeddings=32))
 
 
 def stock_trainer(env: Env, model: Any, **kwargs: Any):
@@ -406,13 +405,12 @@ CASES: list[Case] = [
     Case("enteos-no-eos", "`measure=\"enteos\"`, `model.config.eos_token_id=None`, tokenizer without EOS",
          "UATTrainer",
          "Measure 'enteos' needs the EOS token id", no_eos),
-    Case("decoder-only-model", "a decoder-only model (`LlamaForCausalLM`) in `UATTrainer`", "UATTrainer",
-         "LlamaForCausalLM (model_type 'llama') is not an encoder-decoder model",
-         lambda e: trainer(e, model=decoder_only("llama"))),
-    Case("decoder-only-stock-trainer", "`attach_balancing` on a stock `Seq2SeqTrainer` training GPT-2",
-         "attach_balancing",
-         "GPT2LMHeadModel (model_type 'gpt2') is not an encoder-decoder model",
-         lambda e: stock_trainer(e, decoder_only("gpt2"))),
+    Case("encoder-only-model", "an encoder-only model (`BertForMaskedLM`) in `UATTrainer`", "UATTrainer",
+         "BertForMaskedLM (model_type 'bert') is neither an encoder-decoder model",
+         lambda e: trainer(e, model=encoder_only())),
+    Case("encoder-only-stock-trainer", "`attach_balancing` on a stock `Seq2SeqTrainer` training a BERT masked LM",
+         "attach_balancing", "BertForMaskedLM (model_type 'bert') is neither an encoder-decoder model",
+         lambda e: stock_trainer(e, encoder_only())),
     Case("collator-no-tokenizer", "`attach_balancing`: stock trainer, `default_data_collator`, no `processing_class`",
          "attach_balancing",
          "(default_data_collator) is not a DataCollatorForSeq2Seq and the trainer has no processing_class",

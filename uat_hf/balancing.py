@@ -29,7 +29,7 @@ from .callback import CorpusBalancingCallback
 from .columns import MODEL_COLUMNS, TOKEN_COLUMNS
 from .language_codes import language_code_ids
 from .measures import IGNORE_INDEX
-from .rewards import BalancingReward, require_encoder_decoder
+from .rewards import BalancingReward, require_supported_model
 from .sampler import CorpusBatchSampler
 from .uat_config import UATConfig
 from .uncertainty import UncertaintyReward
@@ -63,7 +63,7 @@ def attach_balancing(
             f"attach_balancing needs the balancing settings as a UATConfig (got {type(config).__name__}); build the "
             "trainer's args as UATConfig(...) (it is a Seq2SeqTrainingArguments) or pass config=UATConfig(...)."
         )
-    require_encoder_decoder(trainer.model)
+    require_supported_model(trainer.model)
     check_corpora(train_corpora, dev_corpora, config)
     reward = balancing_reward(config, trainer.model, trainer.processing_class, trainer.accelerator)
     seed = config.data_seed if config.data_seed is not None else config.seed
@@ -111,8 +111,9 @@ def check_corpora(train_corpora: Mapping[str, Dataset], dev_corpora: Mapping[str
 
 def balancing_reward(config: UATConfig, model: Any, tokenizer: Any, accelerator: Any = None) -> BalancingReward | None:
     """What the strategy of ``config`` measures on ``model``: ``None`` for static strategies. A model the reward
-    cannot measure (not encoder-decoder, no dropout for MultiUAT, sharded by ``accelerator`` for MultiDDS-S) is
-    refused here. The language codes of ``tokenizer`` (NLLB, M2M100, mBART-50) that open the labels go unscored."""
+    cannot measure (neither seq2seq nor causal LM, no dropout for MultiUAT, sharded by ``accelerator`` for
+    MultiDDS-S) is refused here. The language codes of ``tokenizer`` (NLLB, M2M100, mBART-50) that open the
+    labels go unscored."""
     codes = language_code_ids(tokenizer)
     if config.strategy == "multiuat":
         reward = UncertaintyReward(config.measure, config.mc_samples, eos_token_id=_eos_token_id(model, tokenizer),

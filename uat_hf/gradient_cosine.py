@@ -154,7 +154,7 @@ class GradientCosineReward(BalancingReward):
 
     def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
         """Refuse a model sharded across ranks, naming the sharding and what to use instead (and, as every
-        reward, one that is not encoder-decoder)."""
+        reward, one that is neither encoder-decoder nor a causal LM)."""
         kind = sharding(model, accelerator)
         if kind is not None:
             raise ValueError(

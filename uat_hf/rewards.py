@@ -10,7 +10,7 @@ or mBART-50), the logits at those positions only (:func:`target_logits`), and pa
 come from a forked, seeded RNG with every module's mode restored afterwards (:func:`dropout_active`), so
 that measuring never perturbs training and a resumed run measures the same. They take the model the
 Trainer trains, which may be a peft (LoRA) model or sharded across ranks (:func:`sharding`); it must be
-encoder-decoder (:func:`require_encoder_decoder`). The rewards themselves:
+encoder-decoder or a causal LM (:func:`require_supported_model`). The rewards themselves:
 :class:`~uat_hf.uncertainty.UncertaintyReward` (MultiUAT) and
 :class:`~uat_hf.gradient_cosine.GradientCosineReward` (MultiDDS-S).
 """
@@ -34,7 +34,7 @@ __all__ = [
     "dropout_active",
     "model_device",
     "private_rng",
-    "require_encoder_decoder",
+    "require_supported_model",
     "restored_modes",
     "scored_mask",
     "sharding",
@@ -65,31 +65,32 @@ class BalancingReward:
 
     def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
         """Refuse, before training starts, a model this reward cannot measure (``accelerator``: the Trainer's,
-        which shows sharding the model will get at ``prepare``): here, one that is not encoder-decoder
-        (:func:`require_encoder_decoder`); subclasses add their own refusals."""
-        require_encoder_decoder(model)
+        which shows sharding the model will get at ``prepare``): here, one that is neither encoder-decoder nor a
+        causal LM (:func:`require_supported_model`); subclasses add their own refusals."""
+        require_supported_model(model)
 
     def finalize(self, totals: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict]:
         """Rewards per corpus (and extra fields for the history record) from the rank-summed shares."""
         raise NotImplementedError
 
 
-def require_encoder_decoder(model: nn.Module) -> None:
-    """Refuse a model that is not encoder-decoder (``config.is_encoder_decoder``), naming its class.
+def require_supported_model(model: nn.Module) -> None:
+    """Refuse a model that is neither encoder-decoder (``config.is_encoder_decoder``) nor a decoder-only causal
+    LM (:func:`~uat_hf.causal_model.is_causal_lm`), naming its class.
 
-    Why: the rewards read the logit at position t as the prediction of label t, which holds for a
-    sequence-to-sequence model only; a decoder-only (causal) model predicts label t + 1 there, so every
-    measure would score the wrong token, silently. Decoder-only models are not supported yet.
+    Why: the rewards read the logits that predict each label, and know where those are for these two kinds only
+    (position t for a sequence-to-sequence model, t - 1 for a causal LM); for any other model (an encoder-only
+    masked LM, a custom module) every measure would score the wrong token, silently.
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: the wrapped model
     config = getattr(base, "config", None)
-    if not getattr(config, "is_encoder_decoder", False):
+    if not getattr(config, "is_encoder_decoder", False) and not is_causal_lm(model):
         kind = f" (model_type {config.model_type!r})" if getattr(config, "model_type", None) else ""
         raise ValueError(
-            f"{type(base).__name__}{kind} is not an encoder-decoder model (config.is_encoder_decoder is not True). "
-            "uat-hf balances sequence-to-sequence translation models only (MarianMT, BART/mBART, M2M100/NLLB, T5, "
-            "...); decoder-only (causal LM) models are not supported yet: their logits are shifted by one position, "
-            "so every reward would score the wrong token."
+            f"{type(base).__name__}{kind} is neither an encoder-decoder model (config.is_encoder_decoder) nor a "
+            "decoder-only causal LM (a transformers *ForCausalLM class). uat-hf balances translation models of these "
+            "two kinds only (MarianMT, BART/mBART, M2M100/NLLB, T5, ...; Llama, Qwen2, GPT-2, ...): load the model "
+            "with AutoModelForSeq2SeqLM or AutoModelForCausalLM."
         )
 
 

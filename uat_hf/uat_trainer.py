@@ -44,7 +44,7 @@ from .language_codes import labels_generation_kwargs, places_language_codes, sav
 from .measures import IGNORE_INDEX
 from .metrics import detokenize, macro_average, translation_scores
 from .packing import example_lengths, longest_first
-from .rewards import require_encoder_decoder
+from .rewards import require_supported_model
 from .throughput import TrainedCount
 from .uat_config import UATConfig
 
@@ -119,7 +119,7 @@ class UATTrainer(Seq2SeqTrainer):
         self.dev_corpora = dict(dev_corpora or {})
         self.eval_corpora = dict(eval_corpora if eval_corpora is not None else self.dev_corpora)
         if model is not None:
-            require_encoder_decoder(model)
+            require_supported_model(model)
         named = (("training", self.train_corpora), ("dev", self.dev_corpora), ("evaluation", self.eval_corpora))
         for kind, corpora in named:
             for name, dataset in corpora.items():
