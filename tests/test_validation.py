@@ -140,6 +140,24 @@ def no_dropout(env: Env) -> UATTrainer:
     return trainer(env, model=model, strategy="multiuat", measure="exptp")
 
 
+def encoder_only():
+    """A tiny BERT masked LM: neither sequence-to-sequence nor a causal LM."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    return BertForMaskedLM(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=32, max_position_embeddings=32))
+
+
+def stock_trainer(env: Env, model: Any, **kwargs: Any):
+    """``attach_balancing`` on a stock ``Seq2SeqTrainer`` (multiuat), as a user of the callback would call it."""
+    from transformers import Seq2SeqTrainer
+
+    from uat_hf.balancing import attach_balancing
+
+    stock = Seq2SeqTrainer(model, config(env, strategy="multiuat", measure="exptp"), **kwargs)
+    return attach_balancing(stock, env.train, env.dev)
+
+
 def write_jsonl(env: Env, name: str, rows: list[dict]) -> str:
     path = env.tmp / f"{name}.train.jsonl"
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
@@ -389,6 +407,16 @@ CASES: list[Case] = [
     Case("enteos-no-eos", "`measure=\"enteos\"`, `model.config.eos_token_id=None`, tokenizer without EOS",
          "UATTrainer",
          "Measure 'enteos' needs the EOS token id", no_eos),
+    Case("encoder-only-model", "an encoder-only model (`BertForMaskedLM`) in `UATTrainer`", "UATTrainer",
+         "BertForMaskedLM (model_type 'bert') is neither an encoder-decoder model",
+         lambda e: trainer(e, model=encoder_only())),
+    Case("encoder-only-stock-trainer", "`attach_balancing` on a stock `Seq2SeqTrainer` training a BERT masked LM",
+         "attach_balancing", "BertForMaskedLM (model_type 'bert') is neither an encoder-decoder model",
+         lambda e: stock_trainer(e, encoder_only())),
+    Case("collator-no-tokenizer", "`attach_balancing`: stock trainer, `default_data_collator`, no `processing_class`",
+         "attach_balancing",
+         "(default_data_collator) is not a DataCollatorForSeq2Seq and the trainer has no processing_class",
+         lambda e: stock_trainer(e, e.model, data_collator=__import__("transformers").default_data_collator)),
     # --- loading corpora from files ---
     Case("row-missing-target", "JSONL row 1 without the target language", "load_corpora",
          "Corpus 'legal' split 'train' row 1: target text (language 'de' in field 'translation') is missing",

@@ -14,24 +14,27 @@ stock trainer it takes three lines::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from datasets import Dataset, concatenate_datasets
 from torch.utils.data import DataLoader
-from transformers import DefaultFlowCallback
+from transformers import DataCollatorForSeq2Seq, DefaultFlowCallback
 from transformers.trainer_utils import seed_worker
 
 from .callback import CorpusBalancingCallback
 from .columns import MODEL_COLUMNS, TOKEN_COLUMNS
-from .rewards import BalancingReward
+from .language_codes import language_code_ids
+from .measures import IGNORE_INDEX
+from .rewards import BalancingReward, require_supported_model
 from .sampler import CorpusBatchSampler
 from .uat_config import UATConfig
 from .uncertainty import UncertaintyReward
 
-__all__ = ["attach_balancing", "check_corpora", "concatenate_corpora", "corpus_dataloader"]
+__all__ = ["attach_balancing", "check_corpora", "concatenate_corpora", "corpus_dataloader", "measuring_collator"]
 
 
 def attach_balancing(
@@ -62,7 +65,9 @@ def attach_balancing(
             f"attach_balancing needs the balancing settings as a UATConfig (got {type(config).__name__}); build the "
             "trainer's args as UATConfig(...) (it is a Seq2SeqTrainingArguments) or pass config=UATConfig(...)."
         )
+    require_supported_model(trainer.model)
     check_corpora(train_corpora, dev_corpora, config)
+    reward = balancing_reward(config, trainer.model, trainer.processing_class, trainer.accelerator)
     seed = config.data_seed if config.data_seed is not None else config.seed
     sampler = CorpusBatchSampler.from_datasets(
         train_corpora,
@@ -75,10 +80,10 @@ def attach_balancing(
     )
     callback = CorpusBalancingCallback(
         sampler,
-        reward=balancing_reward(config, trainer.model, trainer.processing_class, trainer.accelerator),
+        reward=reward,
         dev_corpora=dev_corpora,
         train_corpora=train_corpora,
-        collate_fn=trainer.data_collator,
+        collate_fn=measuring_collator(trainer) if reward is not None else None,
         update_every=config.update_every,
         dev_batch_tokens=config.dev_batch_tokens,
         train_batch_tokens=config.dds_train_batch_tokens,
@@ -108,19 +113,47 @@ def check_corpora(train_corpora: Mapping[str, Dataset], dev_corpora: Mapping[str
 
 def balancing_reward(config: UATConfig, model: Any, tokenizer: Any, accelerator: Any = None) -> BalancingReward | None:
     """What the strategy of ``config`` measures on ``model``: ``None`` for static strategies. A model the reward
-    cannot measure (no dropout for MultiUAT, sharded by ``accelerator`` for MultiDDS-S) is refused here."""
+    cannot measure (neither seq2seq nor causal LM, no dropout for MultiUAT, sharded by ``accelerator`` for
+    MultiDDS-S) is refused here. The language codes of ``tokenizer`` (NLLB, M2M100, mBART-50) that open the
+    labels go unscored."""
+    codes = language_code_ids(tokenizer)
     if config.strategy == "multiuat":
         reward = UncertaintyReward(config.measure, config.mc_samples, eos_token_id=_eos_token_id(model, tokenizer),
-                                   mode=config.mc_batch_mode)
+                                   mode=config.mc_batch_mode, language_code_ids=codes)
     elif config.strategy == "multidds-s":
         from .gradient_cosine import GradientCosineReward
 
         reward = GradientCosineReward(dropout=config.dds_dropout, label_smoothing=config.label_smoothing_factor,
-                                      per_pair_train_batches=config.dds_per_pair_train_batches)
+                                      per_pair_train_batches=config.dds_per_pair_train_batches,
+                                      language_code_ids=codes)
     else:
         return None
     reward.check_model(model, accelerator)
     return reward
+
+
+def measuring_collator(trainer: Any) -> Callable[[list[dict]], dict[str, torch.Tensor]]:
+    """The collator the rewards' dev (and MultiDDS-S train) batches are built with: labels padded with -100.
+
+    Why: the rewards score every label that is not -100, so a collator padding labels with the pad id would
+    make pads count as target tokens. The trainer's ``DataCollatorForSeq2Seq`` is kept with
+    ``label_pad_token_id=-100`` (its padding settings unchanged); another collator is replaced, for measuring
+    only, by a ``DataCollatorForSeq2Seq`` over the trainer's tokenizer. Training batches keep the trainer's.
+    """
+    collator = trainer.data_collator
+    if isinstance(collator, DataCollatorForSeq2Seq):
+        if collator.label_pad_token_id == IGNORE_INDEX:
+            return collator
+        return dataclasses.replace(collator, label_pad_token_id=IGNORE_INDEX)
+    if trainer.processing_class is None:
+        name = getattr(collator, "__name__", type(collator).__name__)
+        raise ValueError(
+            f"The trainer's data collator ({name}) is not a DataCollatorForSeq2Seq and the trainer "
+            "has no processing_class, so the dev batches the balancing measures could not be padded with labels "
+            "-100 (padded labels would count as target tokens). Pass processing_class=<tokenizer> to the trainer, "
+            "or data_collator=DataCollatorForSeq2Seq(tokenizer, model=model)."
+        )
+    return DataCollatorForSeq2Seq(trainer.processing_class, model=trainer.model, label_pad_token_id=IGNORE_INDEX)
 
 
 def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Dataset) -> DataLoader:

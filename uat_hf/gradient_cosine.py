@@ -16,7 +16,7 @@ pair as both references do, at N_dev × (1 + N_train) instead of N_dev + N_train
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,8 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .measures import IGNORE_INDEX
-from .rewards import BalancingReward, dropout_active, private_rng, restored_modes, sharding, target_logits
+from .rewards import BalancingReward, dropout_active, private_rng, restored_modes, scored_mask, sharding, target_logits
 
 DEV_SHARING = ("auto", "recompute", "broadcast")
 
@@ -53,14 +52,16 @@ def gradient_mode(model: nn.Module, seed: int, dropout: bool = False) -> Iterato
             p.grad = grad
 
 
-def _token_loss_sum(model: nn.Module, batch: Mapping[str, torch.Tensor], label_smoothing: float = 0.0) -> torch.Tensor:
-    """Summed token cross-entropy of ``batch`` (teacher-forced) at real target positions only.
+def _token_loss_sum(model: nn.Module, batch: Mapping[str, torch.Tensor], label_smoothing: float = 0.0,
+                    language_code_ids: Collection[int] = ()) -> torch.Tensor:
+    """Summed token cross-entropy of ``batch`` (teacher-forced) at the scored target positions only: real
+    tokens, not a leading language code (:func:`~uat_hf.rewards.scored_mask`).
 
     With ``label_smoothing`` ε each token's loss is ``(1 - ε)·NLL + ε·mean_v(-log p_v)``, the loss of the
     Trainer's ``label_smoothing_factor`` and of fairseq's ``label_smoothed_cross_entropy``.
     """
     labels = batch["labels"]
-    mask = labels != IGNORE_INDEX
+    mask = scored_mask(labels, language_code_ids)
     return F.cross_entropy(target_logits(model, batch, mask).float(), labels[mask], reduction="sum",
                            label_smoothing=label_smoothing)
 
@@ -85,6 +86,9 @@ class GradientCosineReward(BalancingReward):
             used against every dev corpus. ``True``: ``train_batches[i][j]`` is a separate batch of train
             corpus j for dev corpus i, as both reference codes draw them (only entries with
             ``j % num_processes == process_index`` are read; others may be ``None``).
+        language_code_ids: the tokenizer's language-code token ids (NLLB, M2M100, mBART-50): a code opening a
+            row's labels is left out of every loss (:func:`~uat_hf.rewards.scored_mask`), as the authors never
+            score it. Empty (default): every real label position counts.
 
     Memory: one flat float32 gradient vector per dev corpus on the model's device (N·|θ|·4 bytes), plus one
     for the train gradient being scored and the transient per-parameter gradients of one backward pass. Train
@@ -134,6 +138,7 @@ class GradientCosineReward(BalancingReward):
         dropout: bool = False,
         label_smoothing: float = 0.0,
         per_pair_train_batches: bool = False,
+        language_code_ids: Collection[int] = (),
     ) -> None:
         if dev_sharing not in DEV_SHARING:
             raise ValueError(f"dev_sharing must be one of {', '.join(DEV_SHARING)}, got {dev_sharing!r}.")
@@ -145,9 +150,11 @@ class GradientCosineReward(BalancingReward):
         self.label_smoothing = label_smoothing
         #: The callback reads this to pass ``train_batches[i][j]`` (dev i, train j) instead of ``train_batches[j]``.
         self.per_pair_train_batches = bool(per_pair_train_batches)
+        self.language_code_ids = frozenset(int(i) for i in language_code_ids)
 
     def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
-        """Refuse a model sharded across ranks, naming the sharding and what to use instead."""
+        """Refuse a model sharded across ranks, naming the sharding and what to use instead (and, as every
+        reward, one that is neither encoder-decoder nor a causal LM)."""
         kind = sharding(model, accelerator)
         if kind is not None:
             raise ValueError(
@@ -156,6 +163,7 @@ class GradientCosineReward(BalancingReward):
                 "parallelism (DDP: accelerate launch --multi_gpu, without FSDP/ZeRO-3), or use strategy 'multiuat', "
                 "which runs under FSDP and ZeRO-3."
             )
+        super().check_model(model, accelerator)
 
     # ------------------------------------------------------------------ gradients
     @staticmethod
@@ -166,19 +174,20 @@ class GradientCosineReward(BalancingReward):
     @staticmethod
     def flat_gradient(
         model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]], params: Sequence[nn.Parameter],
-        label_smoothing: float = 0.0,
+        label_smoothing: float = 0.0, language_code_ids: Collection[int] = (),
     ) -> torch.Tensor:
-        """∇θ of the batch's mean token cross-entropy as one float32 vector (model mode and autograd as set)."""
+        """∇θ of the batch's mean token cross-entropy as one float32 vector (model mode and autograd as set),
+        over the positions :func:`~uat_hf.rewards.scored_mask` keeps."""
         device = params[0].device
         flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=device)
-        tokens = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)
+        tokens = sum(int(scored_mask(b["labels"], language_code_ids).sum()) for b in batches)
         if tokens == 0:
             return flat
         for batch in batches:
             batch = {k: v.to(device) for k, v in batch.items()}
-            if not bool((batch["labels"] != IGNORE_INDEX).any()):
+            if not bool(scored_mask(batch["labels"], language_code_ids).any()):
                 continue
-            loss = _token_loss_sum(model, batch, label_smoothing) / tokens
+            loss = _token_loss_sum(model, batch, label_smoothing, language_code_ids) / tokens
             grads = torch.autograd.grad(loss, params, allow_unused=True)
             offset = 0
             for p, g in zip(params, grads):
@@ -230,7 +239,7 @@ class GradientCosineReward(BalancingReward):
         broadcast = self._use_broadcast(num_processes, process_index)
 
         def gradient(batches):
-            return self.flat_gradient(model, batches, params, self.label_smoothing)
+            return self.flat_gradient(model, batches, params, self.label_smoothing, self.language_code_ids)
 
         with gradient_mode(model, seed, self.dropout):
             dev_vectors, dev_norms = [], []

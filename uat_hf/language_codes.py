@@ -16,11 +16,17 @@ one-to-many run every corpus decodes into another language, so each corpus carri
 * :func:`tokenizer_languages` — the context in which a corpus is tokenized (its ``src_lang``/``tgt_lang``).
 * :func:`generation_kwargs` — per corpus ``{"forced_bos_token_id": <target code id>}`` for
   :class:`~uat_hf.uat_trainer.UATTrainer` (``corpus_generation_kwargs``), whose ``translate`` is the one
-  generation path of evaluation.
+  generation path of evaluation. :func:`labels_generation_kwargs` reads the same from a tokenized corpus's
+  labels, for a trainer that was given none.
+* :func:`language_code_ids` — every language-code token id of a tokenizer: the rewards leave a code that
+  opens the labels unscored (:func:`uat_hf.rewards.scored_mask`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -29,7 +35,11 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from .checkpoints import write_json_atomically
 from .corpus_specs import CorpusSpec
+from .measures import IGNORE_INDEX
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CODE_SCHEMES",
@@ -37,7 +47,11 @@ __all__ = [
     "check_language_codes",
     "corpus_language_codes",
     "generation_kwargs",
+    "GENERATION_KWARGS_FILE",
+    "labels_generation_kwargs",
+    "language_code_ids",
     "places_language_codes",
+    "save_generation_kwargs",
     "tokenizer_languages",
 ]
 
@@ -66,6 +80,9 @@ _TABLE: dict[str, tuple[str, str | None]] = {
     "uk": ("ukr_Cyrl", "uk_UA"), "ur": ("urd_Arab", "ur_PK"), "uz": ("uzn_Latn", None), "vi": ("vie_Latn", "vi_VN"),
     "xh": ("xho_Latn", "xh_ZA"), "zh": ("zho_Hans", "zh_CN"), "zh-tw": ("zho_Hant", None),
 }
+#: Written beside a saved model: corpus name → its ``generate`` keyword arguments (its forced target code).
+GENERATION_KWARGS_FILE = "corpus_generation_kwargs.json"
+
 #: What a code of each scheme looks like: a language given in this form is taken as the code itself.
 _CODE_FORMS = {
     "nllb": re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$"),
@@ -196,6 +213,61 @@ def generation_kwargs(
     """Corpus name → ``{"forced_bos_token_id": id of its target code}``, for
     ``UATTrainer(corpus_generation_kwargs=...)``."""
     return {name: {"forced_bos_token_id": _token_id(tokenizer, pair.target)} for name, pair in codes.items()}
+
+
+def language_code_ids(tokenizer: PreTrainedTokenizerBase | None) -> frozenset[int]:
+    """The ids of every language-code token of ``tokenizer`` (``deu_Latn``, ``__de__``, ``de_DE``; its special
+    tokens in one of the three schemes' forms, and M2M100's language tokens, which it keeps apart), or an empty
+    set for a tokenizer that does not place language codes (:func:`places_language_codes`) or ``None``."""
+    if tokenizer is None or not places_language_codes(tokenizer):
+        return frozenset()
+    candidates = [*tokenizer.all_special_tokens, *getattr(tokenizer, "lang_token_to_id", {})]
+    ids = (_token_id(tokenizer, token) for token in candidates
+           if any(form.match(str(token)) for form in _CODE_FORMS.values()))
+    return frozenset(i for i in ids if i is not None)
+
+
+def labels_generation_kwargs(
+    tokenizer: PreTrainedTokenizerBase | None, labels: Sequence[Sequence[int]] | None, corpus: str
+) -> dict[str, Any]:
+    """``{"forced_bos_token_id": id}`` when every row of ``labels`` (a tokenized corpus's label column) opens
+    with the same language code of ``tokenizer``: the language the corpus's references are in, read from the
+    data itself, so it holds whatever codes were used to tokenize it. ``{}`` for a tokenizer without language
+    codes; ``{}`` and a warning naming ``corpus`` when the tokenizer has codes but the labels do not show one
+    (no labels, or rows opening with different tokens): generation would then force no target language."""
+    codes = language_code_ids(tokenizer)
+    if not codes:
+        return {}
+    firsts = {next((int(t) for t in row if t != IGNORE_INDEX), None) for row in labels or ()}
+    if len(firsts) == 1 and next(iter(firsts)) in codes:
+        return {"forced_bos_token_id": next(iter(firsts))}
+    shown = "it has no labels" if not firsts else (
+        f"its labels open with {sorted(tokenizer.convert_ids_to_tokens([t for t in firsts if t is not None]))[:5]}")
+    logger.warning(
+        "Corpus %r: %s places language codes, but %s, not one target-language code, so generation forces no "
+        "target language for it and may translate into another language. Pass corpus_generation_kwargs={%r: "
+        "{'forced_bos_token_id': <id of its target code>}} (uat_hf.language_codes.generation_kwargs builds them).",
+        corpus, type(tokenizer).__name__, shown, corpus)
+    return {}
+
+
+def save_generation_kwargs(kwargs: Mapping[str, Mapping[str, Any]], folder: str) -> None:
+    """Write each corpus's generate kwargs to ``folder/corpus_generation_kwargs.json``, beside the model.
+
+    Why a file of its own: a one-to-many model translates into a different language per corpus, and its
+    ``generation_config`` holds one ``forced_bos_token_id`` only. A value JSON cannot hold (an object) is left
+    out. Read it back with ``model.generate(**inputs, **json.load(f)[corpus])``."""
+    kept = {name: {key: value for key, value in values.items() if _jsonable(value)} for name, values in kwargs.items()}
+    os.makedirs(folder, exist_ok=True)
+    write_json_atomically(os.path.join(folder, GENERATION_KWARGS_FILE), kept)  # never torn by a kill mid-save
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int | None:

@@ -4,11 +4,13 @@ A reward is computed in *shares*: each rank does its part of the work and return
 callback sums them over ranks (one all-reduce) and calls :meth:`BalancingReward.finalize`, which is the
 same on every rank. On one process the share is the whole.
 
-The helpers here are the model side both rewards use: the logits at real
-target positions only (:func:`target_logits`), and passes whose dropout masks come from a forked, seeded
-RNG with every module's mode restored afterwards (:func:`dropout_active`), so that measuring never
-perturbs training and a resumed run measures the same. They take the model the Trainer trains, which may
-be a peft (LoRA) model or sharded across ranks (:func:`sharding`). The rewards themselves:
+The helpers here are the model side both rewards use: which label positions are scored
+(:func:`scored_mask`: real target tokens, not the language code that opens the labels under NLLB, M2M100
+or mBART-50), the logits at those positions only (:func:`target_logits`), and passes whose dropout masks
+come from a forked, seeded RNG with every module's mode restored afterwards (:func:`dropout_active`), so
+that measuring never perturbs training and a resumed run measures the same. They take the model the
+Trainer trains, which may be a peft (LoRA) model or sharded across ranks (:func:`sharding`); it must be
+encoder-decoder or a causal LM (:func:`require_supported_model`). The rewards themselves:
 :class:`~uat_hf.uncertainty.UncertaintyReward` (MultiUAT) and
 :class:`~uat_hf.gradient_cosine.GradientCosineReward` (MultiDDS-S).
 """
@@ -16,7 +18,7 @@ be a peft (LoRA) model or sharded across ranks (:func:`sharding`). The rewards t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,13 +27,16 @@ from torch import nn
 
 from .causal_model import causal_target_logits, is_causal_lm
 from .columns import MODEL_COLUMNS
+from .measures import IGNORE_INDEX
 
 __all__ = [
     "BalancingReward",
     "dropout_active",
     "model_device",
     "private_rng",
+    "require_supported_model",
     "restored_modes",
+    "scored_mask",
     "sharding",
     "target_logits",
 ]
@@ -60,11 +65,53 @@ class BalancingReward:
 
     def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
         """Refuse, before training starts, a model this reward cannot measure (``accelerator``: the Trainer's,
-        which shows sharding the model will get at ``prepare``). Every model is accepted unless overridden."""
+        which shows sharding the model will get at ``prepare``): here, one that is neither encoder-decoder nor a
+        causal LM (:func:`require_supported_model`); subclasses add their own refusals."""
+        require_supported_model(model)
 
     def finalize(self, totals: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict]:
         """Rewards per corpus (and extra fields for the history record) from the rank-summed shares."""
         raise NotImplementedError
+
+
+def require_supported_model(model: nn.Module) -> None:
+    """Refuse a model that is neither encoder-decoder (``config.is_encoder_decoder``) nor a decoder-only causal
+    LM (:func:`~uat_hf.causal_model.is_causal_lm`), naming its class.
+
+    Why: the rewards read the logits that predict each label, and know where those are for these two kinds only
+    (position t for a sequence-to-sequence model, t - 1 for a causal LM); for any other model (an encoder-only
+    masked LM, a custom module) every measure would score the wrong token, silently.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: the wrapped model
+    config = getattr(base, "config", None)
+    if not getattr(config, "is_encoder_decoder", False) and not is_causal_lm(model):
+        kind = f" (model_type {config.model_type!r})" if getattr(config, "model_type", None) else ""
+        raise ValueError(
+            f"{type(base).__name__}{kind} is neither an encoder-decoder model (config.is_encoder_decoder) nor a "
+            "decoder-only causal LM (a transformers *ForCausalLM class). uat-hf balances translation models of these "
+            "two kinds only (MarianMT, BART/mBART, M2M100/NLLB, T5, ...; Llama, Qwen2, GPT-2, ...): load the model "
+            "with AutoModelForSeq2SeqLM or AutoModelForCausalLM."
+        )
+
+
+def scored_mask(labels: torch.Tensor, language_code_ids: Collection[int] = ()) -> torch.Tensor:
+    """``[B, T]`` True on the label positions a reward scores: real target tokens (not -100), except a
+    language code (one of ``language_code_ids``) at the first real position of a row.
+
+    Why: under NLLB, M2M100 and mBART-50 the labels open with the target-language code, fixed by the corpus
+    rather than translated. The authors' code feeds the language token as the decoder's first input and never
+    scores it; in a one-to-many run it cannot be predicted from the source, so scoring it would inflate the
+    uncertainty of every corpus. The code still is the decoder's input at the next position, as in training.
+    """
+    mask = labels != IGNORE_INDEX
+    if not language_code_ids or labels.numel() == 0:
+        return mask
+    rows = torch.arange(labels.shape[0], device=labels.device)
+    first = mask.to(torch.int8).argmax(dim=1)  # first real position of each row (0 for a row without one)
+    codes = torch.as_tensor(sorted(language_code_ids), dtype=labels.dtype, device=labels.device)
+    opens = mask[rows, first] & torch.isin(labels[rows, first], codes)
+    mask[rows[opens], first[opens]] = False
+    return mask
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -46,9 +46,11 @@ from .checkpoints import (
 from .columns import REFERENCE_COLUMN
 from .corpus_evaluation import corpus_references
 from .distribution import CorpusDistribution
+from .language_codes import labels_generation_kwargs, places_language_codes, save_generation_kwargs
 from .measures import IGNORE_INDEX
 from .metrics import detokenize, macro_average, translation_scores
 from .packing import example_lengths, longest_first
+from .rewards import require_supported_model
 from .throughput import TrainedCount
 from .uat_config import UATConfig
 
@@ -83,6 +85,10 @@ class UATTrainer(Seq2SeqTrainer):
             every corpus is translated into its own language, which generation is told by forcing that
             language's code as the first token (:func:`uat_hf.language_codes.generation_kwargs` makes the
             mapping). :meth:`translate` applies them to every evaluation; a keyword given to the call itself wins.
+            A corpus given no ``forced_bos_token_id`` gets the language code its labels open with, when the
+            tokenizer places codes (a warning names a corpus whose labels show none). They are saved beside the
+            model (``corpus_generation_kwargs.json``); a code shared by every corpus also goes into the model's
+            ``generation_config`` (``forced_bos_token_id``), so a reloaded model generates in that language.
         Remaining keyword arguments go to ``Seq2SeqTrainer``.
     """
 
@@ -118,6 +124,8 @@ class UATTrainer(Seq2SeqTrainer):
         self.train_corpora = dict(train_corpora or {})
         self.dev_corpora = dict(dev_corpora or {})
         self.eval_corpora = dict(eval_corpora if eval_corpora is not None else self.dev_corpora)
+        if model is not None:
+            require_supported_model(model)
         named = (("training", self.train_corpora), ("dev", self.dev_corpora), ("evaluation", self.eval_corpora))
         for kind, corpora in named:
             for name, dataset in corpora.items():
@@ -130,6 +138,7 @@ class UATTrainer(Seq2SeqTrainer):
         self._references = {name: corpus_references(ds, processing_class, name)
                             for name, ds in self.eval_corpora.items()}
         self.corpus_generation_kwargs = {name: dict(value) for name, value in (corpus_generation_kwargs or {}).items()}
+        self._codes_read: set[str] = set()
         self.metric_signatures: dict[str, str] = {}
         self._trained = TrainedCount()  # examples and tokens trained on by the current train() call
         super().__init__(
@@ -145,6 +154,7 @@ class UATTrainer(Seq2SeqTrainer):
         self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora) if train_corpora is not None
                           else None)
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
+        self._read_generation_codes()
 
     #: Tells :func:`~uat_hf.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
     owns_corpus_sampler = True
@@ -227,7 +237,7 @@ class UATTrainer(Seq2SeqTrainer):
         """
         translations = {
             name: self._translate_dataset(dataset, self._references_of(name, dataset), f"{metric_key_prefix}_{name}",
-                                          ignore_keys, {**self.corpus_generation_kwargs.get(name, {}), **gen_kwargs})
+                                          ignore_keys, {**self._generation_kwargs_of(name, dataset), **gen_kwargs})
             for name, dataset in self._named_corpora(corpora).items()
         }
         if self.args.should_save and self.metric_signatures:
@@ -321,6 +331,40 @@ class UATTrainer(Seq2SeqTrainer):
         if generated is not None and is_causal_lm(self.model):  # a decoder-only model returns prompt + answer
             generated = continuation(generated, inputs["input_ids"].shape[1])
         return loss, generated, labels
+
+    def _generation_kwargs_of(self, name: str, dataset: Dataset) -> dict[str, Any]:
+        """The corpus's ``corpus_generation_kwargs``; where they force no first token and the tokenizer places
+        language codes, completed (once per name) with the code its labels open with, so that a code scheme
+        without hand-made kwargs still translates each corpus into its own language."""
+        kwargs = self.corpus_generation_kwargs.get(name, {})
+        if ("forced_bos_token_id" in kwargs or name in self._codes_read
+                or not places_language_codes(self.processing_class)):
+            return kwargs
+        self._codes_read.add(name)
+        labels = dataset["labels"] if "labels" in dataset.column_names else None
+        found = labels_generation_kwargs(self.processing_class, labels, name)
+        if found:
+            kwargs = self.corpus_generation_kwargs[name] = {**kwargs, **found}
+        return kwargs
+
+    def _read_generation_codes(self) -> None:
+        """Each evaluation corpus's target code, read before training (so that a corpus without one warns now); a
+        code forced for every corpus becomes the model's default (``generation_config``) unless it has one, so
+        that a reloaded model generates in that language without being told."""
+        for name, dataset in self.eval_corpora.items():
+            self._generation_kwargs_of(name, dataset)
+        names = set(self.corpus_generation_kwargs) | set(self.eval_corpora)  # a corpus without a code: no default
+        forced = {self.corpus_generation_kwargs.get(name, {}).get("forced_bos_token_id") for name in names}
+        config = getattr(self.model, "generation_config", None)
+        if len(forced) == 1 and None not in forced and config is not None and config.forced_bos_token_id is None:
+            config.forced_bos_token_id = forced.pop()
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """As ``Trainer.save_model`` (checkpoints included), plus each corpus's generate kwargs beside the model
+        (:func:`~uat_hf.language_codes.save_generation_kwargs`): no single ``generation_config`` holds them all."""
+        super().save_model(output_dir, _internal_call)
+        if self.args.should_save and self.corpus_generation_kwargs:
+            save_generation_kwargs(self.corpus_generation_kwargs, output_dir or self.args.output_dir)
 
     def _references_of(self, name: str, dataset: Dataset) -> list[str]:
         if name in self._references and dataset is self.eval_corpora.get(name):

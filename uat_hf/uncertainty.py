@@ -16,15 +16,15 @@ schedule adds discarded forwards after the real ones (see :meth:`UncertaintyRewa
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from .measures import IGNORE_INDEX, eos_positions, needs_entropy, needs_eos, position_statistics, sentence_uncertainty
-from .rewards import BalancingReward, dropout_active, model_device, sharding, target_logits
+from .measures import eos_positions, needs_entropy, needs_eos, position_statistics, sentence_uncertainty
+from .rewards import BalancingReward, dropout_active, model_device, scored_mask, sharding, target_logits
 
 __all__ = ["SCHEDULES", "UncertaintyReward", "batch_sentence_uncertainty", "dropout_rates", "mc_dropout"]
 
@@ -59,11 +59,14 @@ def dropout_rates(model: nn.Module) -> dict[str, float]:
 
 
 def batch_sentence_uncertainty(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], measure: str, eos_token_id: int | None
+    model: nn.Module, batch: Mapping[str, torch.Tensor], measure: str, eos_token_id: int | None,
+    language_code_ids: Collection[int] = (),
 ) -> torch.Tensor:
-    """Per-sentence uncertainty [B] of one forward pass (dropout as currently set on the model)."""
+    """Per-sentence uncertainty [B] of one forward pass (dropout as currently set on the model), over the
+    positions :func:`~uat_hf.rewards.scored_mask` keeps (a leading language code of ``language_code_ids`` is
+    not scored)."""
     labels = batch["labels"]
-    mask = labels != IGNORE_INDEX
+    mask = scored_mask(labels, language_code_ids)
     flat_max, flat_entropy = position_statistics(target_logits(model, batch, mask))
     max_prob = torch.ones(labels.shape, dtype=flat_max.dtype, device=labels.device)
     max_prob[mask] = flat_max
@@ -85,6 +88,9 @@ class UncertaintyReward(BalancingReward):
         measure: one of :data:`uat_hf.measures.MEASURES` (or a released-code variant).
         mc_samples: K.
         eos_token_id: needed by ``enteos``.
+        language_code_ids: the tokenizer's language-code token ids (NLLB, M2M100, mBART-50; see
+            :func:`uat_hf.language_codes.language_code_ids`): a code opening a row's labels is not scored
+            (:func:`~uat_hf.rewards.scored_mask`). Empty (default): every real label position is scored.
         mode: ``loop`` runs K forward passes; ``replicate`` repeats each sub-batch along the batch axis (each
             row gets its own dropout mask, so this is K independent passes in one), in chunks of at most
             ``replicate_tokens`` padded tokens; ``auto`` replicates on GPU and loops on CPU, where separate
@@ -108,6 +114,7 @@ class UncertaintyReward(BalancingReward):
         mode: str = "auto",
         replicate_tokens: int = 65536,
         schedule: str = "auto",
+        language_code_ids: Collection[int] = (),
     ) -> None:
         if mc_samples < 1:
             raise ValueError(f"mc_samples (K) must be >= 1, got {mc_samples}.")
@@ -127,10 +134,12 @@ class UncertaintyReward(BalancingReward):
         self.mode = mode
         self.replicate_tokens = int(replicate_tokens)
         self.schedule = schedule
+        self.language_code_ids = frozenset(int(i) for i in language_code_ids)
 
     def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
         """MC dropout on a model without dropout measures nothing: refuse before training starts. (Sharding is
         fine: the schedule adapts to it in :meth:`compute`.)"""
+        super().check_model(model, accelerator)
         if not dropout_rates(model):
             config = getattr(model, "config", None)
             fields = {k: v for k, v in (config.to_dict().items() if config is not None else ()) if "dropout" in k}
@@ -186,7 +195,7 @@ class UncertaintyReward(BalancingReward):
                 smallest = min((b for batches in dev_batches for b in batches), key=lambda b: b["labels"].numel())
                 dummy = {k: v[:1].to(device) for k, v in smallest.items()}
                 for _ in range(extra):
-                    batch_sentence_uncertainty(model, dummy, self.measure, self.eos_token_id)
+                    self._sentences(model, dummy)
         return {"rewards": share}
 
     def _chunks(self, batch: Mapping[str, torch.Tensor], passes: int, replicate: bool) -> list[int]:
@@ -197,17 +206,20 @@ class UncertaintyReward(BalancingReward):
         per_chunk = max(1, self.replicate_tokens // max(rows * width, 1))
         return [min(per_chunk, passes - start) for start in range(0, passes, per_chunk)]
 
+    def _sentences(self, model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return batch_sentence_uncertainty(model, batch, self.measure, self.eos_token_id, self.language_code_ids)
+
     def _pass_sums(self, model, batch, passes: int, replicate: bool) -> torch.Tensor:
         """Sum of sentence uncertainties of ``batch`` for each of ``passes`` independent dropout passes."""
         if not replicate:
             return torch.stack([
-                batch_sentence_uncertainty(model, batch, self.measure, self.eos_token_id).double().sum()
+                self._sentences(model, batch).double().sum()
                 for _ in range(passes)
             ])
         rows = batch["labels"].shape[0]
         sums = []
         for copies in self._chunks(batch, passes, replicate):
-            values = batch_sentence_uncertainty(model, _repeat(batch, copies), self.measure, self.eos_token_id)
+            values = self._sentences(model, _repeat(batch, copies))
             sums.append(values.double().view(copies, rows).sum(dim=1))
         return torch.cat(sums)
 
