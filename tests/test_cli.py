@@ -110,6 +110,22 @@ def test_end_to_end_run_writes_results_model_tokenizer_and_recipe(tmp_path, caps
     assert "in-domain" in printed and "out-of-domain" in printed and "mean" in printed
     assert "sacreBLEU bleu signature: nrefs:1" in printed and "first 6 sentences" in printed
 
+    # The test translations lie beside eval_results.json, as uat-evaluate writes them, so that uat-evaluate's
+    # --compare takes a training run's folder; and uat-evaluate --config reads the run's test sets (the
+    # eval_corpus_specs one included) and generation settings as uat-train did: the same scores.
+    from uat_hf.cli import evaluate
+
+    for name in ("bible", "dictionary", "software_ood"):
+        assert len((out_dir / "hypotheses" / f"{name}.txt").read_text(encoding="utf-8").splitlines()) == 6
+    evaluate.main([str(out_dir), "--config", str(out_dir), "--max_eval_examples", "6", "--output_dir",
+                   str(tmp_path / "eval"), "--compare", str(out_dir / "hypotheses")])
+    scored = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert set(scored["scores"]) == {"bible", "dictionary"} and set(scored["ood_scores"]) == {"software_ood"}
+    for name, scores in {**scored["scores"], **scored["ood_scores"]}.items():
+        assert scores["bleu"] == pytest.approx(results[f"eval_{name}_bleu"]), name
+        compared = scored["significance"]["corpora"][name]["bleu"]
+        assert compared["baseline"] == pytest.approx(compared["system"]), name
+
 
 def test_a_time_budget_leaves_the_step_schedule_alone_while_the_run_keeps_pace(tmp_path):
     """A budget the run stays within must not touch the learning rate, so the run reproduces step for step."""
@@ -178,7 +194,9 @@ def test_a_time_budget_only_stops_and_resume_gets_the_rest_of_it(tmp_path, capsy
     ],
 )
 def test_bad_input_fails_before_training_and_names_the_field(tmp_path, capsys, monkeypatch, changes, argv, message):
-    monkeypatch.setattr(cli.UATTrainer, "train", lambda *a, **k: pytest.fail("training started"))
+    from uat_hf.uat_trainer import UATTrainer  # uat_hf.cli.train imports it when it runs, not at import time
+
+    monkeypatch.setattr(UATTrainer, "train", lambda *a, **k: pytest.fail("training started"))
     fields = {**TINY, "output_dir": str(tmp_path / "out"), **changes}
     if "corpus_specs" in changes:
         fields.pop("corpus_dir")

@@ -188,7 +188,7 @@ def test_errors_tell_the_user_what_to_do(first_run, model_dir, tmp_path, capsys)
         (["--num-beams", "2"], "unrecognized arguments: --num-beams 2"),
         (["--split", "dev"], "unrecognized arguments: --split dev"),
         (["--output", "x.json"], "unrecognized arguments: --output x.json"),
-        (["--eval_split", "train"], "argument --eval_split/--eval-split: invalid choice: 'train'"),
+        (["--eval_split", "train"], "eval_split must be one of ['dev', 'test'], got 'train'"),  # as uat-train
         (["--generation_num_beams", "two"], "argument --generation_num_beams/--generation-num-beams: invalid int"),
         (["--max_eval_examples", "0"], "max_eval_examples must be a positive integer"),
         (["--alpha", "1.5"], "alpha must be in (0, 1)"),
@@ -205,7 +205,7 @@ def test_bad_arguments_exit_2_naming_the_field(tmp_path, capsys, argv, message):
 
 def test_missing_model_or_corpus_dir_says_how_to_give_it(tmp_path, capsys):
     for argv, message in ((["--corpus_dir", str(tmp_path)], "model_name_or_path is missing"),
-                          (["MODEL"], "corpus_dir is missing")):
+                          (["MODEL"], "corpus_dir or corpus_specs is missing")):  # uat-train's DataArguments
         with pytest.raises(SystemExit) as exit_info:
             evaluate_main(argv)
         assert exit_info.value.code == 2 and f"uat-evaluate: error: {message}" in capsys.readouterr().err

@@ -247,7 +247,7 @@ def test_driver_on_cuda_overrides_the_recipes_cpu_setting_in_both_tools(tmp_path
     assert training_args.use_cpu is False and training_args.seed == 2  # the recipe says use_cpu: true
     (study.run_dir(run)).mkdir(parents=True)
     (study.run_dir(run) / "recipe.yaml").write_text(yaml.safe_dump({**TINY, "strategy": "uniform"}))
-    assert evaluate.parse_arguments(study.score_command(run, None)[1:]).use_cpu is False
+    assert evaluate.parse_arguments(study.score_command(run, None)[1:])[1].use_cpu is False  # (data, evaluate)
     assert study.rerun_command(run).endswith("--seeds 2 --device cuda --redo")
     study.device = "cpu"
     assert train.parse_arguments(study.train_command(run)[1:])[0].use_cpu is True

@@ -548,6 +548,23 @@ resume exactly: the checkpoint was saved after 3 balancing updates, but '…/bal
 complete records of them …`;
 `test_resume.py::test_resume_from_an_older_checkpoint_keeps_only_its_history_and_continues_exactly`).
 
+## Recipe values of the wrong YAML type
+
+A recipe value goes through its flag's type, as the same value on the command line would. A value that
+cannot have the field's type is refused before anything loads, and the message names the recipe, the field
+and the type (see `docs/usage.md`):
+
+| Bad input | Message | Test |
+|---|---|---|
+| `update_every: 2.5`, `max_steps: 4.9` | `uat-train: error: recipe r.yaml: update_every must be an integer,\
+ got 2.5 (float).` |\
+ `test_cli_parser.py::test_a_recipe_value_of_the_wrong_yaml_type_is_refused_naming_field_and_type` |
+| `mc_samples: true` | `… mc_samples must be an integer, got True (bool). YAML reads yes/no/true/false as\
+ booleans: quote the value.` | same |
+| `mix_corpora: 1` | `… mix_corpora must be a bool (true or false), got 1 (int).` | same |
+| `eval_strategy: no` (unquoted, so a YAML boolean) | `… eval_strategy must be one of ['no', 'steps',\
+ 'epoch'], got False (bool). …` | same |
+
 ## Safe loading
 
 `tests/test_validation.py::test_package_loads_nothing_unsafely` scans the package source and fails on any of:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
-
-from .causal_model import is_causal_lm
 from .hub_errors import is_hub_id
+
+if TYPE_CHECKING:  # the model classes import torch: only the functions that build or read a model load them
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["CAUSAL_PRESETS", "build_causal_model", "is_causal_checkpoint", "load_causal_model"]
 
@@ -42,10 +42,11 @@ def is_causal_checkpoint(name_or_path: str) -> bool:
     """Whether ``name_or_path`` names a decoder-only model: a causal preset, a saved LoRA adapter of a causal
     LM, or a directory / Hub id whose config transformers maps to a ``*ForCausalLM`` and is not
     encoder-decoder (read from ``config.json`` only, no weights)."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     if name_or_path in CAUSAL_PRESETS:
         return True
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     adapter = Path(name_or_path) / _ADAPTER_CONFIG
     if adapter.is_file():
         return json.loads(adapter.read_text(encoding="utf-8")).get("task_type") == "CAUSAL_LM"
@@ -67,6 +68,10 @@ def build_causal_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, *,
     ``overrides``: ``LlamaConfig`` fields for a preset, config attributes for a pretrained model. ``lora``:
     ``peft.LoraConfig`` fields (``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules`` ...).
     """
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    from .causal_model import is_causal_lm
+
     if tokenizer.eos_token_id is None:
         raise ValueError("A causal LM ends its translation with EOS, but the tokenizer has no eos_token.")
     if name_or_path in CAUSAL_PRESETS:
@@ -100,4 +105,6 @@ def load_causal_model(path: str):
         from peft import AutoPeftModelForCausalLM
 
         return AutoPeftModelForCausalLM.from_pretrained(path).merge_and_unload()
+    from transformers import AutoModelForCausalLM
+
     return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=False)

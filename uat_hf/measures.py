@@ -46,6 +46,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+# The names are declared with the recipe fields (pure Python, so that ``uat-train --help`` needs no torch).
+from .balancing_arguments import MEASURES, RELEASED_CODE_MEASURES
+
 __all__ = [
     "MEASURES",
     "RELEASED_CODE_MEASURES",
@@ -57,10 +60,6 @@ __all__ = [
     "needs_eos",
 ]
 
-#: The paper's six measures, under the names used throughout the library.
-MEASURES: tuple[str, ...] = ("pretp", "exptp", "vartp", "comev", "entsent", "enteos")
-#: Per-sentence variants as computed by the authors' released fairseq code (see the module docstring).
-RELEASED_CODE_MEASURES: tuple[str, ...] = ("exptp_geometric", "vartp_log", "comev_log")
 #: Every name :func:`sentence_uncertainty` accepts.
 ALL_MEASURES: tuple[str, ...] = MEASURES + RELEASED_CODE_MEASURES
 

@@ -9,19 +9,13 @@ model trained from a preset and a pretrained checkpoint. The presets use fairseq
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from transformers import (
-    AutoModelForSeq2SeqLM,
-    GenerationConfig,
-    MarianConfig,
-    MarianMTModel,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from typing import TYPE_CHECKING, Any
 
 from .causal_models import build_causal_model, is_causal_checkpoint
 from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_id, is_hub_unreachable
+
+if TYPE_CHECKING:  # the model classes import torch: only the functions that build a model load them
+    from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
 
 _FAIRSEQ_STYLE: dict[str, Any] = {
     "activation_function": "relu",
@@ -122,6 +116,8 @@ def build_model(
 def _model_from_preset(preset: str, tokenizer: PreTrainedTokenizerBase, overrides: dict[str, Any]) -> MarianMTModel:
     if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
         raise ValueError("The tokenizer needs a pad and an EOS token to build a translation model from a preset.")
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
     vocab_size = len(tokenizer)
     special_ids = {
         "vocab_size": vocab_size,
@@ -144,6 +140,8 @@ def _model_from_preset(preset: str, tokenizer: PreTrainedTokenizerBase, override
 def _pretrained_model(path: str, tokenizer: PreTrainedTokenizerBase, overrides: dict[str, Any]) -> PreTrainedModel:
     if overrides.pop("trust_remote_code", False):
         raise ValueError("build_model never runs remote code; use a model that transformers supports natively.")
+    from transformers import AutoModelForSeq2SeqLM
+
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=False, **overrides)
     except OSError as error:

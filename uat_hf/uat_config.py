@@ -10,19 +10,21 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from transformers import Seq2SeqTrainingArguments
 
+from .balancing_arguments import (
+    DEFAULT_MEASURE,
+    MC_BATCH_MODES,
+    MEASURES,
+    MULTIUAT_PREFIX,
+    RELEASED_CODE_MEASURES,
+    BalancingArguments,
+)
 from .distribution import DYNAMIC_STRATEGIES, STRATEGIES, CorpusDistribution
-from .measures import MEASURES, RELEASED_CODE_MEASURES
 from .priors import STATIC_TEMPERATURES, check_corpus_probabilities, corpus_probabilities_for
 from .scorer import PRIOR_FITS
-
-MC_BATCH_MODES = ("auto", "loop", "replicate")
-#: ``strategy: multiuat-<measure>`` is the one-word spelling of ``strategy: multiuat, measure: <measure>``.
-MULTIUAT_PREFIX = "multiuat-"
-DEFAULT_MEASURE = "enteos"
 
 
 @dataclass(frozen=True)
@@ -86,117 +88,18 @@ NUMBER_RULES = (
 
 
 @dataclass
-class UATConfig(Seq2SeqTrainingArguments):
-    """Seq2Seq training arguments plus the corpus-balancing knobs of MultiUAT and its baselines."""
+class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
+    """Seq2Seq training arguments plus the corpus-balancing knobs of MultiUAT and its baselines.
+
+    The balancing fields are declared in :class:`~uat_hf.balancing_arguments.BalancingArguments` (no torch there,
+    so ``uat-train --help`` is quick); they come after the Trainer's, and ``predict_with_generate`` defaults to
+    True here.
+    """
+
+    _argument_group_name = "training and balancing (uat_hf.UATConfig)"
 
     # Dict fields that also accept a JSON object string from the command line, as TrainingArguments' own.
     _VALID_DICT_FIELDS = Seq2SeqTrainingArguments._VALID_DICT_FIELDS + ["corpus_probabilities"]
-
-    strategy: str = field(
-        default="proportional",
-        metadata={
-            "help": f"How corpora are mixed: one of {', '.join(STRATEGIES)}. 'multiuat-<measure>' (e.g. "
-            "multiuat-entsent) is short for strategy multiuat with that measure."
-        },
-    )
-    sampling_temperature: float | None = field(
-        default=None,
-        metadata={
-            "help": "τ of strategy 'temperature' (q_τ ∝ size^(1/τ); default 5, as in the paper). Only that strategy "
-            "reads it: 'proportional' is τ = 1 and 'uniform' τ = ∞ by definition."
-        },
-    )
-    scorer_prior_temperature: float | None = field(
-        default=None,
-        metadata={
-            "help": "multiuat / multidds-s: τ of the prior the scorer starts from (default 1: proportional, as in the "
-            "paper). Static strategies refuse it."
-        },
-    )
-    corpus_probabilities: dict | str | None = field(
-        default=None,
-        metadata={
-            "help": "Hand-given probabilities, one per training corpus, as a mapping or a JSON object string "
-            "(e.g. '{\"wmt\": 0.7, \"emea\": 0.3}'); they must sum to 1. Strategy 'fixed' samples with them "
-            "throughout; multiuat / multidds-s start their scorer from them (every value must then be > 0)."
-        },
-    )
-    max_tokens: int | None = field(
-        default=None,
-        metadata={
-            "help": "Token budget per batch (padding counted, max of source and target length), fairseq style. "
-            "When unset, batches hold per_device_train_batch_size examples."
-        },
-    )
-    mix_corpora: bool = field(
-        default=False,
-        metadata={"help": "Instance-level mixing: draw the corpus per example instead of per batch."},
-    )
-    mix_pool_batches: int = field(
-        default=1,
-        metadata={
-            "help": "With mix_corpora: draw this many batches at a time and re-batch their examples sorted by length "
-            "(HF group_by_length style). Less padding, but each batch's lengths, and so its corpora, are more "
-            "alike. 1: no grouping. New probabilities take effect from the next pool."
-        },
-    )
-    measure: str | None = field(
-        default=None,
-        metadata={
-            "help": f"MultiUAT uncertainty measure: one of {', '.join(MEASURES + RELEASED_CODE_MEASURES)} (default "
-            f"{DEFAULT_MEASURE}, or the one a 'multiuat-<measure>' strategy names)."
-        },
-    )
-    mc_samples: int = field(default=30, metadata={"help": "K, Monte Carlo dropout passes per dev batch."})
-    update_every: int = field(default=1000, metadata={"help": "S, optimizer steps between two balancing updates."})
-    scorer_lr: float = field(default=1e-4, metadata={"help": "Adam learning rate of the corpus scorer ψ."})
-    scorer_steps: int = field(default=200, metadata={"help": "Adam steps on the scorer per balancing update."})
-    scorer_prior_fit: str = field(
-        default="released",
-        metadata={
-            "help": "How ψ starts: 'released' fits it to the prior from uniform with the scorer's own Adam, which "
-            "then serves every update (the authors' code: its early updates move p several times farther); 'exact' "
-            "starts at ψ = log q with a fresh Adam."
-        },
-    )
-    dev_batch_tokens: int = field(
-        default=1024,
-        metadata={"help": "Tokens of the dev batch drawn per corpus at each update (an example counts max(source, "
-                  "target) tokens, as in the authors' code)."},
-    )
-    mc_batch_mode: str = field(
-        default="auto",
-        metadata={
-            "help": "How the K MC-dropout passes run: 'loop' (K forward passes), 'replicate' (the batch repeated "
-            "K times along the batch axis, in memory-bounded chunks) or 'auto' (replicate on GPU, loop on CPU)."
-        },
-    )
-    dds_train_batch_tokens: int = field(
-        default=1024, metadata={"help": "MultiDDS-S: target tokens of the fresh train batch per corpus."}
-    )
-    dds_dropout: bool = field(
-        default=False,
-        metadata={"help": "MultiDDS-S: take the gradients with dropout on, as multiDDS does (default: eval mode, as "
-                  "MultiUAT's baseline)."},
-    )
-    dds_per_pair_train_batches: bool = field(
-        default=False,
-        metadata={"help": "MultiDDS-S: a fresh train batch for every (dev, train) corpus pair, as both reference "
-                  "codes (N + N² gradient passes per update instead of 2N; see docs/multidds.md)."},
-    )
-    allow_inexact_resume: bool = field(
-        default=False,
-        metadata={
-            "help": "Resume from a checkpoint without uat_balancing_state.json (the sampler restarts its epoch and "
-            "the scorer its prior, so the run does not continue the same sequence). Refused by default."
-        },
-    )
-    bleu_tokenize: str = field(
-        default="13a", metadata={"help": "sacreBLEU tokenizer (13a; 'zh', 'ja-mecab', 'char', ... for CJK targets)."}
-    )
-    predict_with_generate: bool = field(
-        default=True, metadata={"help": "Evaluate by generation (needed for BLEU/chrF)."}
-    )
 
     def __post_init__(self):
         # Parsed here rather than by TrainingArguments so that malformed JSON names the field.

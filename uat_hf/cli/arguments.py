@@ -244,9 +244,10 @@ class DataArguments:
         self.eval_corpus_specs = _as_list_of_mappings(self.eval_corpus_specs, "eval_corpus_specs")
         if (self.corpus_dir is None) == (self.corpus_specs is None):
             raise ValueError(
-                "Give the training corpora either as corpus_dir (a NAME.{train,dev,test}.jsonl.gz directory or "
-                "'bundled:multidomain-en-de') or as corpus_specs (a list of corpus mappings), "
-                + ("not both." if self.corpus_dir is not None else "got neither.")
+                ("Give the corpora either" if self.corpus_dir is not None else "corpus_dir or corpus_specs is "
+                 "missing: give the corpora (here or in the --config recipe) either")
+                + " as corpus_dir (a NAME.{train,dev,test}.jsonl.gz directory or 'bundled:multidomain-en-de') or as "
+                "corpus_specs (a list of corpus mappings)" + (", not both." if self.corpus_dir is not None else ".")
             )
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {self.direction!r}.")

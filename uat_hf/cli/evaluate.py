@@ -44,8 +44,9 @@ from ..evaluation import (
 from ..metrics import format_table, macro_average
 from ..uat_config import UATConfig
 from ..uat_trainer import CorpusTranslation, UATTrainer
-from .tool_arguments import EVALUATE_RECIPE_FIELDS, EvaluateArguments, make_evaluate_parser, parse_tool_arguments
-from .train_data import check_tokenizer_codes, language_codes_for
+from .arguments import DataArguments
+from .tool_arguments import EVALUATE_RECIPE_FIELDS, EvaluateArguments, make_evaluate_parser
+from .train_data import check_tokenizer_codes, evaluation_specs, language_codes_for, tags_for
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +58,11 @@ def build_parser():
     return make_evaluate_parser()
 
 
-def parse_arguments(argv: Sequence[str] | None = None) -> EvaluateArguments:
-    """``argv`` (an optional MODEL first, ``--config RECIPE``, ``--field value`` ...) → :class:`EvaluateArguments`."""
-    return parse_tool_arguments(build_parser(), EvaluateArguments, sys.argv[1:] if argv is None else argv,
-                                positional_field="model_name_or_path", recipe_fields=EVALUATE_RECIPE_FIELDS)
+def parse_arguments(argv: Sequence[str] | None = None) -> tuple[DataArguments, EvaluateArguments]:
+    """``argv`` (an optional MODEL first, ``--config RECIPE``, ``--field value`` ...) → ``(DataArguments,
+    EvaluateArguments)``: the test sets as uat-train reads them, and how to translate and score them."""
+    (arguments, data), _ = build_parser().parse(argv, recipe_fields=EVALUATE_RECIPE_FIELDS)
+    return data, arguments
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -69,35 +71,41 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        args = parse_arguments(argv)
+        data_args, args = parse_arguments(argv)
     except (OSError, ValueError) as error:
         parser.exit(2, f"uat-evaluate: error: {error}\n")
     datasets.disable_progress_bars()  # a bar per tiny map() over each test set is noise here
     try:
-        _run(args)
+        _run(data_args, args)
     except (OSError, ValueError) as error:
         parser.exit(2, f"uat-evaluate: error: {error}\n")
 
 
-def _run(args: EvaluateArguments) -> None:
-    corpus_dir = args.corpus_dir  # bundled: names are resolved by EvaluateArguments
-    ood_dir = args.ood_corpus_dir or corpus_dir
-    split = args.eval_split
-    language = {"source_lang": args.source_lang, "target_lang": args.target_lang, "direction": args.direction}
-    in_domain = eval_set_specs(corpus_dir, split, corpora=args.corpora, **language)
-    ood = eval_set_specs(ood_dir, split, corpora=args.ood_corpora, **language) if args.ood_corpora else []
-    codes = language_codes_for(in_domain + ood, args)
+def _run(data_args: DataArguments, args: EvaluateArguments) -> None:
+    corpus_dir = data_args.corpus_dir  # bundled: names are resolved by DataArguments
+    split = data_args.eval_split
+    # The test sets uat-train evaluates (its corpora's eval_split, then eval_corpus_specs), plus ood_corpora.
+    in_domain, ood = evaluation_specs(data_args)
+    if args.ood_corpora:
+        ood_dir = args.ood_corpus_dir or corpus_dir
+        if ood_dir is None:
+            raise ValueError("ood_corpora names files of a directory: give ood_corpus_dir (or corpus_dir).")
+        ood += eval_set_specs(ood_dir, split, corpora=args.ood_corpora, source_lang=data_args.source_lang,
+                              target_lang=data_args.target_lang, direction=data_args.direction)
+    codes = language_codes_for(in_domain + ood, data_args)
     model, tokenizer = load_translation_model(args.model_name_or_path, args.tokenizer_name_or_path)
-    corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, args)  # forced_bos_token_id per corpus
+    corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)  # forced_bos_token_id per corpus
     # Read and tokenize the test sets exactly as uat-train reads its evaluation corpora (tags or codes included).
-    limit = source_length_limit(model, tokenizer, args.max_source_length)
+    limit = source_length_limit(model, tokenizer, data_args.max_source_length)
     # A decoder-only model is asked with the prompt it was trained with (saved beside it by uat-train).
     prompt = CausalPrompt.from_pretrained(args.model_name_or_path) if is_causal_lm(model) else None
-    corpora = load_corpora(in_domain + ood, tokenizer, splits=(split,), tags=None if prompt else args.language_tags,
-                           language_codes=args.language_codes, max_source_length=limit, max_target_length=limit,
-                           prompt=prompt)[split]
-    if args.max_eval_examples is not None:
-        corpora = {name: ds.select(range(min(args.max_eval_examples, len(ds)))) for name, ds in corpora.items()}
+    tag_of, eval_tag_of = tags_for(in_domain, ood, "none" if prompt else data_args.language_tags)
+    tags = None if prompt else data_args.language_tags if codes else {**tag_of, **eval_tag_of}
+    corpora = load_corpora(in_domain + ood, tokenizer, splits=(split,), tags=tags,
+                           language_codes=data_args.language_codes, max_source_length=limit,
+                           max_target_length=limit, cache_dir=data_args.dataset_cache_dir, prompt=prompt)[split]
+    if data_args.max_eval_examples is not None:
+        corpora = {name: ds.select(range(min(data_args.max_eval_examples, len(ds)))) for name, ds in corpora.items()}
     sizes = {name: len(dataset) for name, dataset in corpora.items()}
     # Read the baseline first: a missing or misaligned file should fail before minutes of generation.
     baselines = ({name: read_hypotheses(args.compare, name, expected=size) for name, size in sizes.items()}

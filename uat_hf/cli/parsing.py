@@ -1,181 +1,271 @@
-"""Parsing the command line and recipes of the uat-hf tools into their argument dataclasses.
+"""One parser for the three tools: ``HfArgumentParser`` over dataclasses, a YAML recipe as defaults.
 
-``uat-train`` parses ``UATConfig`` with :class:`~uat_hf.cli.arguments.DataArguments`,
-:class:`~uat_hf.cli.arguments.ModelArguments` and :class:`~uat_hf.cli.arguments.RunArguments` with one
-``HfArgumentParser``; a recipe (``--config``) supplies defaults and the command line wins.
+:class:`UATParser` follows TRL's ``TrlParser``: the dataclasses' fields are the options (HfArgumentParser's
+public constructor, one ``--help`` group per dataclass named by its ``_argument_group_name``), ``--config
+RECIPE`` loads a recipe (:class:`~uat_hf.recipe.Recipe`: a YAML file, a directory holding ``recipe.yaml``
+or a Hub repo id) whose values become the parser's defaults, and the command line wins. Unlike argparse
+with plain defaults, every recipe value goes through its option's type: ``update_every: 2.5`` or
+``mc_samples: true`` are refused, naming the field and the type, exactly as ``--update_every 2.5`` is.
 
-:class:`GroupedArgumentParser` is that ``HfArgumentParser`` with the ``--help`` groups chosen by the
-caller: ``UATConfig``'s own balancing fields come first and the ~120 fields it inherits from
-``Seq2SeqTrainingArguments`` last, so ``uat-train --help`` shows the project's flags before the
-Trainer's. The values are parsed exactly as ``HfArgumentParser`` parses them (same options, types and
-defaults; ``parse_args_into_dataclasses`` still builds the same dataclasses).
+``uat-train --help`` must not import torch (``UATConfig`` is a ``Seq2SeqTrainingArguments``): the tools
+pass a light parser for ``--help`` (here, :class:`~uat_hf.balancing_arguments.BalancingArguments` in
+place of ``UATConfig``) and build the full one only for ``--help-all`` and for parsing.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
+import argparse
+import difflib
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
-from typing import Any, get_type_hints
+from enum import Enum
+from pathlib import Path
+from typing import Any
 
 from transformers import HfArgumentParser
+from transformers.hf_argparser import string_to_bool
 
+from ..presets import MODEL_PRESETS
 from ..recipe import Recipe
 
 __all__ = [
     "CONFIG_FLAG",
-    "GroupedArgumentParser",
+    "HELP_ALL_FLAG",
+    "UATParser",
     "argument_classes",
-    "argument_groups",
-    "check_recipe_keys",
-    "field_names",
+    "exit_on_help",
+    "make_help_parser",
     "make_parser",
-    "parse_recipe_and_args",
+    "portable_paths",
     "recipe_to_dataclasses",
     "to_plain",
 ]
 
 CONFIG_FLAG = "--config"
-BALANCING_GROUP = "balancing (uat_hf.UATConfig)"
-TRAINING_GROUP = "training (transformers.Seq2SeqTrainingArguments)"
+HELP_ALL_FLAG = "--help-all"
+_POSITIONAL = "positional"
+#: Fields that name a local folder (created if missing): a saved recipe holds them as absolute paths.
+LOCAL_PATH_FIELDS = ("output_dir", "logging_dir", "dataset_cache_dir")
+#: Fields that may name a local file or folder, or something else (a preset, a Hub id, ``bundled:``, ``latest``):
+#: absolute in a saved recipe when they name an existing local path.
+PATH_FIELDS = ("corpus_dir", "ood_corpus_dir", "model_name_or_path", "tokenizer_name_or_path",
+               "resume_from_checkpoint", "deepspeed")
+#: The keys of a corpus mapping (corpus_specs, eval_corpus_specs) that may name local files.
+SPEC_PATH_KEYS = ("path", "train", "dev", "test")
 
 
-class GroupedArgumentParser(HfArgumentParser):
-    """``HfArgumentParser`` whose ``--help`` groups are ``groups``: ``(title, field names)`` in display order.
+class UATParser(HfArgumentParser):
+    """``HfArgumentParser`` over ``dataclass_types`` with ``--config RECIPE`` and, optionally, one positional
+    argument that stands for a field (``uat-evaluate MODEL``, ``uat-plot RUN_DIR``).
 
-    Every init field of every dataclass must be in exactly one group. Options, types, defaults and
-    ``parse_args_into_dataclasses`` are those of ``HfArgumentParser`` (each field goes through its
-    ``_parse_dataclass_field``); only the group an option is listed under, and the order, change.
+    Args:
+        dataclass_types: the dataclasses, in the order :meth:`parse` returns them.
+        positional: ``(field, metavar)``: a first argument without a flag fills ``field``.
+        config_help: ``--config``'s help (``None``: no ``--config``).
+        **kwargs: ``argparse.ArgumentParser`` arguments (``prog``, ``usage``, ``description``, ``epilog`` ...).
     """
 
-    def __init__(self, dataclass_types: Iterable[type], groups: Sequence[tuple[str, Sequence[str]]], **kwargs: Any):
-        super().__init__(None, **kwargs)
-        self.dataclass_types = list(dataclass_types)
-        by_name: dict[str, dataclasses.Field] = {}
+    def __init__(self, dataclass_types: Iterable[type], *, positional: tuple[str, str] | None = None,
+                 config_help: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(list(dataclass_types), **kwargs)
+        self.positional_field = positional[0] if positional else None
+        if positional:
+            self.add_argument(_POSITIONAL, nargs="?", default=None, metavar=positional[1],
+                              help=f"the same as --{positional[0]}")
+        if config_help is not None:
+            self.add_argument(CONFIG_FLAG, default=None, metavar="RECIPE", help=config_help)
+        # What an empty command line gives each field (HfArgumentParser's defaults, converted as argparse does).
+        self.field_defaults = vars(self.parse_known_args([])[0])
+
+    def field_actions(self) -> dict[str, argparse.Action]:
+        """Field name → its option (the positional and ``--config`` excluded)."""
+        names = {f.name for dtype in self.dataclass_types for f in fields(dtype) if f.init}
+        actions: dict[str, argparse.Action] = {}
+        for action in self._actions:  # the field's own option first, not the --no_FIELD of a True boolean
+            if action.dest in names:
+                actions.setdefault(action.dest, action)
+        return actions
+
+    def set_recipe_defaults(self, mapping: Mapping[str, Any], source: str) -> None:
+        """Make ``mapping``'s values the defaults, each checked against (and converted by) its option's type.
+
+        Raises ``ValueError`` naming the field, the type it needs and the value given."""
+        actions = self.field_actions()
+        unknown = [key for key in mapping if key not in actions]
+        if unknown:
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(str(key), actions, n=1)
+                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ValueError(f"Unknown field(s) in {source}: {', '.join(hints)}. A recipe is a flat mapping of the "
+                             f"fields {self.prog} --help lists.")
+        self.set_defaults(**{key: _typed(actions[key], key, value, source) for key, value in mapping.items()})
+
+    def parse(self, argv: Sequence[str] | None = None, *, recipe_fields: Sequence[str] | None = None,
+              ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``argv`` → ``(dataclasses, effective)``: the recipe of ``--config`` (only ``recipe_fields`` of it
+        when given; a uat-train recipe read by uat-evaluate), then the command line, which wins.
+
+        ``effective`` maps every field the recipe sets, and every other field whose value differs from its
+        dataclass default, to its value in plain YAML types: what the run needs to be repeated.
+        Argparse errors exit 2 with ``PROG: error: ...``; a bad recipe or a value the dataclass
+        refuses raises ``ValueError`` / ``OSError`` for the caller.
+        """
+        argv = list(sys.argv[1:] if argv is None else argv)
+        config = self._config(argv)
+        mapping: dict[str, Any] = {}
+        if config:
+            recipe = Recipe.from_pretrained(config)
+            mapping = recipe.to_dict()
+            if recipe_fields is not None:
+                mapping = {key: value for key, value in mapping.items() if key in recipe_fields}
+            self.set_recipe_defaults(mapping, f"recipe {recipe.source or config}")
+        values = vars(self.parse_args(argv))
+        values.pop("config", None)
+        positional = values.pop(_POSITIONAL, None)
+        if positional is not None:
+            given = values.get(self.positional_field)
+            if given is not None and given != positional:
+                raise ValueError(f"{self.positional_field} given twice: {positional!r} first and "
+                                 f"--{self.positional_field} {given!r}; give one.")
+            values[self.positional_field] = positional
+        outputs = []
         for dtype in self.dataclass_types:
-            hints = get_type_hints(dtype)
-            for f in fields(dtype):
-                if f.init:
-                    f.type = hints[f.name]  # as HfArgumentParser._add_dataclass_arguments does
-                    by_name[f.name] = f
-        for title, names in groups:
-            group = self.add_argument_group(title)
-            for name in names:
-                if name not in by_name:
-                    raise ValueError(f"argument group {title!r}: {name!r} is no field of {self.dataclass_types} "
-                                     "(or is listed twice).")
-                self._parse_dataclass_field(group, by_name.pop(name))
-        if by_name:
-            raise ValueError(f"fields {sorted(by_name)} are in no argument group.")
+            names = {f.name for f in fields(dtype) if f.init}
+            outputs.append(dtype(**{key: value for key, value in values.items() if key in names}))
+        effective = {key: to_plain(value) for key, value in values.items()
+                     if key in mapping or not _same(value, self.field_defaults.get(key))}
+        return tuple(outputs), effective
+
+    def _config(self, argv: Sequence[str]) -> str | None:
+        if not any(action.dest == "config" for action in self._actions):
+            return None
+        pre = argparse.ArgumentParser(prog=self.prog, usage=self.usage, add_help=False, allow_abbrev=False)
+        pre.add_argument(CONFIG_FLAG, default=None)
+        return pre.parse_known_args(list(argv))[0].config
 
 
 def argument_classes() -> tuple[type, ...]:
-    """The dataclasses a recipe fills, in order: UATConfig, DataArguments, ModelArguments, RunArguments."""
-    from ..uat_config import UATConfig
+    """The dataclasses ``uat-train`` parses, in order: UATConfig, DataArguments, ModelArguments, RunArguments."""
+    from ..uat_config import UATConfig  # imports torch: only when parsing for real
     from .arguments import DataArguments, ModelArguments, RunArguments
 
     return (UATConfig, DataArguments, ModelArguments, RunArguments)
 
 
-def argument_groups() -> list[tuple[str, list[str]]]:
-    """``uat-train --help`` groups: balancing (UATConfig's own fields), data, model, run, then training
-    (the fields UATConfig inherits from ``Seq2SeqTrainingArguments``)."""
-    from transformers import Seq2SeqTrainingArguments
-
-    uat_config, *others = argument_classes()
-    inherited = {f.name for f in fields(Seq2SeqTrainingArguments)}
-    own = [f.name for f in fields(uat_config) if f.init]
-    groups = [(BALANCING_GROUP, [name for name in own if name not in inherited])]
-    groups += [(dtype._argument_group_name, [f.name for f in fields(dtype) if f.init]) for dtype in others]
-    groups.append((TRAINING_GROUP, [name for name in own if name in inherited]))
-    return groups
+_TRAIN = dict(
+    prog="uat-train",
+    usage="%(prog)s [--config RECIPE] [--FIELD VALUE ...]   (--help: our fields; --help-all: the Trainer's too)",
+    description="Train one translation model on several corpora with corpus balancing (MultiUAT and baselines), "
+    "evaluate it per corpus, and save model, tokenizer, scores, test translations and the effective recipe to "
+    "output_dir. Values come from the recipe given with --config, then from the command line (which wins).",
+    config_help="A recipe: a YAML file, a directory holding recipe.yaml, or a Hub repo id (org/name) with "
+    "recipe.yaml.",
+)
 
 
-def make_parser(prog: str | None = "uat-train") -> GroupedArgumentParser:
-    """The ``uat-train`` parser over ``(UATConfig, DataArguments, ModelArguments, RunArguments)`` plus ``--config``."""
-    parser = GroupedArgumentParser(
-        argument_classes(),
-        argument_groups(),
-        prog=prog,
-        usage="%(prog)s [--config RECIPE] [--FIELD VALUE ...]   (uat-train --help lists every field)",
-        description="Train one translation model on several corpora with corpus balancing (MultiUAT and baselines), "
-        "evaluate it per corpus, and save model, tokenizer, scores and the effective recipe to output_dir. "
-        "The project's own fields come first (balancing, data, model, run), the Trainer's inherited ones last.",
-        epilog="Values come from the recipe given with --config, then from the command line (which wins).",
+def make_parser() -> UATParser:
+    """The ``uat-train`` parser over :func:`argument_classes` plus ``--config`` (imports torch)."""
+    return UATParser(argument_classes(), **_TRAIN)
+
+
+def make_help_parser() -> UATParser:
+    """``uat-train --help``: the balancing, data, model and run fields, without importing torch; one line points
+    to ``--help-all`` for the ~150 fields UATConfig inherits from ``Seq2SeqTrainingArguments``."""
+    from ..balancing_arguments import BalancingArguments
+    from .arguments import DataArguments, ModelArguments, RunArguments
+
+    return UATParser(
+        (BalancingArguments, DataArguments, ModelArguments, RunArguments), **_TRAIN,
+        epilog="Every field of transformers.Seq2SeqTrainingArguments is a uat-train field too (output_dir, max_steps, "
+        "learning_rate, seed, eval_strategy, ...): uat-train --help-all lists them all.",
     )
-    parser.add_argument(
-        CONFIG_FLAG,
-        default=None,
-        help="A recipe: a YAML file, a directory holding recipe.yaml, or a Hub repo id (org/name) with recipe.yaml.",
-    )
-    return parser
 
 
-def field_names() -> dict[str, str]:
-    """Every recipe field → the dataclass that owns it."""
-    owners = {}
-    for dtype in argument_classes():
-        for f in fields(dtype):
-            if f.init:
-                owners[f.name] = dtype.__name__
-    return owners
-
-
-def check_recipe_keys(mapping: dict[str, Any], source: str = "recipe") -> None:
-    """Raise ``ValueError`` naming every key that is no field of the three dataclasses."""
-    import difflib
-
-    known = field_names()
-    unknown = [key for key in mapping if key not in known]
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ValueError(
-            f"Unknown field(s) in {source}: {', '.join(hints)}. A recipe is a flat mapping of UATConfig, "
-            "DataArguments, ModelArguments and RunArguments fields (see uat-train --help)."
-        )
-
-
-def parse_recipe_and_args(mapping: dict[str, Any] | None = None, argv: list[str] | None = None, *,
-                          source: str = "recipe"):
-    """Recipe values, then command-line overrides → ``(UATConfig, DataArguments, ModelArguments, RunArguments,
-    effective)``.
-
-    The recipe's values become the parser's defaults, so the command line beats them and string values
-    in the recipe (e.g. ``1e-3``, which YAML reads as a string) are converted exactly like command-line
-    values. ``effective`` is the flat mapping of what was set (recipe keys plus fields that differ from
-    the defaults), in plain YAML types: the recipe this run actually used. ``--config`` in ``argv`` is
-    ignored here (the caller loads it into ``mapping``).
-    """
-    mapping = dict(mapping or {})
-    check_recipe_keys(mapping, source)
-    parser = make_parser()
-    base_defaults = {action.dest: action.default for action in parser._actions}
-    parser.set_defaults(**mapping)
-    namespace, remaining = parser.parse_known_args(args=[] if argv is None else list(argv))
-    if remaining:
-        raise ValueError(f"Unrecognised command-line arguments: {remaining} (see uat-train --help).")
-    values = vars(namespace)
-    values.pop("config", None)
-    outputs = []
-    for dtype in argument_classes():
-        keys = {f.name for f in fields(dtype) if f.init}
-        outputs.append(dtype(**{k: v for k, v in values.items() if k in keys}))
-    effective = {
-        key: to_plain(value)
-        for key, value in values.items()
-        if key in mapping or not _same(value, base_defaults.get(key))
-    }
-    return (*outputs, effective)
-
-
-def recipe_to_dataclasses(recipe: Recipe, overrides: Sequence[str] | None = None):
+def recipe_to_dataclasses(recipe: Recipe, overrides: Sequence[str] | None = None) -> tuple[Any, ...]:
     """``(UATConfig, DataArguments, ModelArguments, RunArguments)`` from ``recipe``, then ``overrides``
     (command-line style ``["--learning_rate", "1e-3"]``), exactly as ``uat-train`` parses them."""
-    *arguments, _ = parse_recipe_and_args(recipe.to_dict(), list(overrides or []), source=recipe.source or "recipe")
-    return tuple(arguments)
+    parser = make_parser()
+    parser.set_recipe_defaults(recipe.to_dict(), f"recipe {recipe.source}" if recipe.source else "recipe")
+    arguments, _ = parser.parse(list(overrides or []))
+    return arguments
+
+
+def exit_on_help(argv: Sequence[str], short: Callable[[], argparse.ArgumentParser],
+                 full: Callable[[], argparse.ArgumentParser] | None = None) -> None:
+    """Print ``short()``'s help for ``-h``/``--help`` (built without torch), or ``full()``'s for ``--help-all``,
+    and exit 0; otherwise return."""
+    if full is not None and HELP_ALL_FLAG in argv:
+        full().print_help()
+        sys.exit(0)
+    if any(arg in ("-h", "--help") for arg in argv):
+        short().print_help()
+        sys.exit(0)
+
+
+def _typed(action: argparse.Action, key: str, value: Any, source: str) -> Any:
+    """A recipe value as the command line would parse it; refused when its YAML type cannot be the field's."""
+    if value is None or action.type is None:
+        return value
+    if isinstance(value, (list, tuple)) and action.nargs in ("+", "*"):
+        return [_typed_one(action, key, item, source) for item in value]
+    if isinstance(value, (dict, list, tuple)):
+        if action.type in (int, float, string_to_bool):
+            raise ValueError(f"{source}: {key} must be {_type_name(action)}, got {value!r} ({type(value).__name__}).")
+        return value  # a field that takes structured YAML (corpus_specs, report_to ...): its dataclass checks it
+    return _typed_one(action, key, value, source)
+
+
+def _typed_one(action: argparse.Action, key: str, value: Any, source: str) -> Any:
+    kind = action.type
+    is_bool = kind is string_to_bool
+    if is_bool != isinstance(value, bool) and not isinstance(value, str):
+        raise ValueError(f"{source}: {key} must be {_type_name(action)}, got {value!r} ({type(value).__name__})"
+                         + (". YAML reads yes/no/true/false as booleans: quote the value." if isinstance(value, bool)
+                            else "."))
+    try:
+        return kind(value if isinstance(value, str) or is_bool else str(value))
+    except (TypeError, ValueError, argparse.ArgumentTypeError):
+        raise ValueError(f"{source}: {key} must be {_type_name(action)}, got {value!r} ({type(value).__name__}).")\
+            from None
+
+
+def _type_name(action: argparse.Action) -> str:
+    if action.type is string_to_bool:
+        return "a bool (true or false)"
+    if action.choices:
+        return f"one of {[to_plain(choice) for choice in action.choices]}"
+    name = getattr(action.type, "__name__", None)
+    return {"int": "an integer", "float": "a number", "str": "a string"}.get(name, f"a valid {name} value")
+
+
+def portable_paths(effective: Mapping[str, Any]) -> dict[str, Any]:
+    """``effective`` with its local paths made absolute, so that a saved recipe means the same from any working
+    directory: the output folders always, and every other relative path that names an existing file or folder
+    (``bundled:`` names, presets, Hub ids and ``latest``, which are no local paths, are kept)."""
+    result = dict(effective)
+    for key in LOCAL_PATH_FIELDS:
+        if isinstance(result.get(key), str):
+            result[key] = str(Path(result[key]).expanduser().resolve())
+    for key in PATH_FIELDS:
+        if key == "model_name_or_path" and result.get(key) in MODEL_PRESETS:
+            continue  # a preset, even where a folder of that name exists
+        if isinstance(result.get(key), str):
+            result[key] = _absolute(result[key])
+    for key in ("corpus_specs", "eval_corpus_specs"):
+        if isinstance(result.get(key), list):
+            result[key] = [{k: _absolute(v) if k in SPEC_PATH_KEYS and isinstance(v, str) else v
+                            for k, v in spec.items()} if isinstance(spec, dict) else spec for spec in result[key]]
+    return result
+
+
+def _absolute(value: str) -> str:
+    path = Path(value).expanduser()
+    if path.is_absolute() or not path.exists():
+        return value
+    return str(path.resolve())
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -187,8 +277,6 @@ def _same(a: Any, b: Any) -> bool:
 
 def to_plain(value: Any) -> Any:
     """A value in plain YAML types (enums → their value, tuples → lists, paths → strings)."""
-    from enum import Enum
-
     if isinstance(value, Enum):
         return to_plain(value.value)
     if isinstance(value, (list, tuple)):

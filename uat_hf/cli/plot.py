@@ -11,11 +11,9 @@ Useful while a run trains (the history grows at every update) and afterwards; se
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
-from ..plotting import plot_run
-from .tool_arguments import PlotArguments, make_plot_parser, parse_tool_arguments
+from .tool_arguments import PlotArguments, make_plot_parser
 
 
 def build_parser():
@@ -25,12 +23,14 @@ def build_parser():
 
 def parse_arguments(argv: Sequence[str] | None = None) -> PlotArguments:
     """``argv`` (RUN_DIR first or ``--output_dir``, optional ``--plot_dir``) → :class:`PlotArguments`."""
-    return parse_tool_arguments(build_parser(), PlotArguments, sys.argv[1:] if argv is None else argv,
-                                positional_field="output_dir")
+    (arguments,), _ = build_parser().parse(argv)
+    return arguments
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: prints the paths written, one per line. Bad input exits 2 with ``uat-plot: error: ...``."""
+    from ..plotting import plot_run  # matplotlib: not needed for --help
+
     parser = build_parser()
     try:
         args = parse_arguments(argv)

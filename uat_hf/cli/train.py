@@ -25,7 +25,6 @@ Steps 2-4 and the checks on their results are in :mod:`uat_hf.cli.train_data`.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import logging
 import os
@@ -33,10 +32,9 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from transformers import TrainerCallback
-from transformers.trainer_callback import ExportableState
-
+from ..balancing_arguments import MULTIUAT_PREFIX
 from ..checkpoints import (
     checkpoint_bytes,
     checkpoint_step,
@@ -47,10 +45,8 @@ from ..checkpoints import (
     resolve_resume_checkpoint,
 )
 from ..recipe import Recipe
-from ..uat_config import MULTIUAT_PREFIX
-from ..uat_trainer import UATTrainer
 from .arguments import DataArguments, ModelArguments, RunArguments
-from .parsing import CONFIG_FLAG, make_parser, parse_recipe_and_args
+from .parsing import exit_on_help, make_help_parser, make_parser, portable_paths
 from .train_data import (
     InputError,
     build_specs,
@@ -67,76 +63,30 @@ from .train_data import (
     tags_for,
 )
 
+if TYPE_CHECKING:
+    pass
+
+# torch and transformers' Trainer are imported by the functions that use them, so that ``uat-train --help``
+# (and a bad recipe) answers without loading them.
+
 logger = logging.getLogger("uat_hf.cli.train")
+#: The folder of output_dir that holds the final evaluation's translations, <corpus>.txt (as uat-evaluate's).
+HYPOTHESES_DIR = "hypotheses"
 
 # --------------------------------------------------------------------------------------------- arguments
 
 
 def parse_arguments(argv: Sequence[str] | None = None):
     """``argv`` (with an optional ``--config``) → ``(UATConfig, DataArguments, ModelArguments, RunArguments, recipe)``
-    where ``recipe`` is the effective recipe (recipe values plus command-line overrides)."""
+    where ``recipe`` is what the run needs to be repeated: the fields that differ from their defaults (recipe
+    values plus command-line overrides), local paths made absolute (:func:`~uat_hf.cli.parsing.portable_paths`).
+    ``--help`` lists our fields without importing torch, ``--help-all`` the Trainer's too (both exit)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument(CONFIG_FLAG, default=None)
-    known, _ = pre.parse_known_args(argv)
-    if any(a in ("-h", "--help") for a in argv):
-        make_parser().parse_args(["--help"])  # prints the help and exits
-    recipe = Recipe.from_pretrained(known.config) if known.config else Recipe()
-    source = f"recipe {recipe.source}" if recipe.source else "recipe"
-    training, data, model, run_args, effective = parse_recipe_and_args(recipe.to_dict(), argv, source=source)
+    exit_on_help(argv, make_help_parser, make_parser)
+    (training, data, model, run_args), effective = make_parser().parse(argv)
     if str(effective.get("strategy", "")).startswith(MULTIUAT_PREFIX):  # save the two fields it stands for
         effective.update(strategy=training.strategy, measure=training.measure)
-    return training, data, model, run_args, Recipe(effective, source=recipe.source)
-
-
-# --------------------------------------------------------------------------------------------- time budget
-
-
-class TimeBudgetCallback(TrainerCallback, ExportableState):
-    """Stops training once ``seconds`` of training time have passed, counted across resumes.
-
-    It only stops: the learning rate follows ``max_steps`` whatever the clock says, so the steps a run
-    trains are the same on every machine until the budget cuts it short. The time already spent is saved
-    with each checkpoint (``TrainerState.stateful_callbacks``), so a resumed run gets the rest of the budget,
-    not a new one.
-    """
-
-    def __init__(self, seconds: float, spent_seconds: float = 0.0) -> None:
-        self.seconds = float(seconds)
-        self.spent_seconds = float(spent_seconds)
-        self.start: float | None = None
-
-    def elapsed(self) -> float:
-        """Seconds of the budget used so far, earlier runs of a resumed training included."""
-        return self.spent_seconds + (0.0 if self.start is None else time.monotonic() - self.start)
-
-    def state(self) -> dict:
-        return {"args": {"seconds": self.seconds, "spent_seconds": self.elapsed()}, "attributes": {}}
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        saved = state.stateful_callbacks.get(type(self).__name__) if state.global_step > 0 else None
-        if isinstance(saved, list):
-            saved = saved[0] if saved else None
-        if saved:
-            self.spent_seconds = float(saved["args"].get("spent_seconds", 0.0))
-        self.start = time.monotonic()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        over = self.elapsed() >= self.seconds
-        if args.world_size > 1:  # every rank must stop at the same step, or the next collective waits forever
-            over = _on_any_rank(over)
-        if over and not control.should_training_stop:
-            control.should_training_stop = True
-            say(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping training")
-
-
-def _on_any_rank(flag: bool) -> bool:
-    import torch
-    from accelerate import PartialState
-    from accelerate.utils import reduce
-
-    total = reduce(torch.tensor([float(flag)], device=PartialState().device), reduction="sum")
-    return bool(total.item() > 0)
+    return training, data, model, run_args, Recipe(portable_paths(effective))
 
 
 # --------------------------------------------------------------------------------------------- main
@@ -153,6 +103,8 @@ def prepare(
     from transformers import set_seed
 
     from ..presets import build_model
+    from ..uat_trainer import UATTrainer
+    from .time_budget import TimeBudgetCallback
 
     start = time.monotonic() if start is None else start
     output_dir = Path(training_args.output_dir)
@@ -278,6 +230,7 @@ def _disk_full(trainer, error: BaseException) -> DiskFullError | None:
 def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_corpora, ood, *,
                        start: float | None = None):
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
+    from ..evaluation import write_hypotheses
     from ..metrics import format_table, macro_average
 
     start = time.monotonic() if start is None else start
@@ -302,7 +255,16 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         raise disk_full from error
 
     say(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
-    metrics = trainer.evaluate(eval_corpora)
+    # translate (not evaluate) to keep the translations: written beside eval_results.json, as uat-evaluate does,
+    # so that `uat-evaluate RUN --config RUN --compare OTHER_RUN/hypotheses` tests two runs against each other.
+    translations = trainer.translate(eval_corpora, metric_key_prefix="eval")
+    metrics = {key: value for t in translations.values() for key, value in t.output.metrics.items()}
+    every = {n: _scores(metrics, n) for n in eval_corpora}
+    metrics.update(eval_mean_bleu=macro_average(every, "bleu"), eval_mean_chrf=macro_average(every, "chrf"))
+    trainer.log(metrics)
+    if trainer.is_world_process_zero():
+        for name, translation in translations.items():
+            write_hypotheses(output_dir / HYPOTHESES_DIR, name, translation.hypotheses)
     in_domain = {n: _scores(metrics, n) for n in eval_corpora if n not in ood}
     out_of_domain = {n: _scores(metrics, n) for n in ood}
     if in_domain and out_of_domain:
@@ -325,7 +287,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         for name, signature in trainer.metric_signatures.items():
             print(f"sacreBLEU {name} signature: {signature}")
         Recipe(recipe.to_dict(), source=recipe.source).save_pretrained(output_dir, results=metrics)
-        say(f"saved model, tokenizer, eval_results.json and recipe.yaml to {output_dir} "
+        say(f"saved model, tokenizer, eval_results.json, {HYPOTHESES_DIR}/ and recipe.yaml to {output_dir} "
              f"({time.monotonic() - start:.0f}s in all)")
     return metrics
 

@@ -19,6 +19,7 @@ __all__ = [
     "build_specs",
     "build_tokenizer",
     "causal_prompt",
+    "evaluation_specs",
     "check_before_training",
     "check_lengths",
     "check_model_lengths",
@@ -44,8 +45,10 @@ def say(message: str) -> None:
     print(f"[uat-train] {message}", flush=True)
 
 
-def build_specs(data_args: DataArguments) -> tuple[list[CorpusSpec], list[CorpusSpec]]:
-    """Training corpus specs and evaluation-only corpus specs."""
+def build_specs(data_args: DataArguments, *, required_split: str = "train"
+                ) -> tuple[list[CorpusSpec], list[CorpusSpec]]:
+    """Training corpus specs and evaluation-only corpus specs (a ``corpus_dir`` NAME counts when it has a
+    ``required_split`` file)."""
     if data_args.corpus_dir is not None:
         if not Path(data_args.corpus_dir).is_dir():
             raise InputError(
@@ -59,6 +62,7 @@ def build_specs(data_args: DataArguments) -> tuple[list[CorpusSpec], list[Corpus
             corpora=data_args.corpora,
             direction=data_args.direction,
             max_examples=data_args.max_train_examples,
+            required_split=required_split,
         )
     else:
         specs = [_spec(mapping, data_args.max_train_examples) for mapping in data_args.corpus_specs]
@@ -71,6 +75,13 @@ def build_specs(data_args: DataArguments) -> tuple[list[CorpusSpec], list[Corpus
         if spec.split_location(split) is None:
             raise InputError(f"eval_corpus_specs: corpus {spec.name!r} has no {split!r} split (eval_split={split!r}).")
     return specs, eval_specs
+
+
+def evaluation_specs(data_args: DataArguments) -> tuple[list[CorpusSpec], list[CorpusSpec]]:
+    """The test sets of ``data_args``, for ``uat-train``'s final evaluation and ``uat-evaluate`` alike: the
+    corpora that have ``eval_split`` (a ``corpus_dir`` NAME needs only that file), then ``eval_corpus_specs``."""
+    specs, eval_specs = build_specs(data_args, required_split=data_args.eval_split)
+    return [spec for spec in specs if spec.split_location(data_args.eval_split) is not None], eval_specs
 
 
 def _spec(mapping: dict, max_examples: int | None) -> CorpusSpec:
