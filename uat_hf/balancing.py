@@ -26,6 +26,7 @@ from transformers.trainer_utils import seed_worker
 
 from .callback import CorpusBalancingCallback
 from .columns import MODEL_COLUMNS, TOKEN_COLUMNS
+from .dev_loss import DevLoss
 from .rewards import BalancingReward
 from .sampler import CorpusBatchSampler
 from .uat_config import UATConfig
@@ -115,6 +116,8 @@ def balancing_reward(config: UATConfig, model: Any, tokenizer: Any, accelerator:
 
         reward = GradientCosineReward(dropout=config.dds_dropout, label_smoothing=config.label_smoothing_factor,
                                       per_pair_train_batches=config.dds_per_pair_train_batches)
+    elif config.strategy == "mixing-law":
+        reward = DevLoss()
     else:
         return None
     reward.check_model(model, accelerator)

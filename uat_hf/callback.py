@@ -105,6 +105,7 @@ class CorpusBalancingCallback(TrainerCallback):
         #: Whether :meth:`on_save` writes the state (a stock Trainer); ``UATTrainer`` saves it itself.
         self.saves_on_save = True
         self._pending_logs: dict[str, float] = {}
+        self._probe_seconds = 0.0  # mixing-law: measuring time of the probe phase in progress
         # Only the model's columns, selected once: select_columns builds a new Dataset (and fingerprint) per call.
         self.dev_corpora = {n: model_columns(d) for n, d in (dev_corpora or {}).items()}
         self.train_corpora = {n: model_columns(d) for n, d in (train_corpora or {}).items()}
@@ -126,6 +127,14 @@ class CorpusBalancingCallback(TrainerCallback):
             self._train_lengths = (
                 {n: example_lengths(self.train_corpora[n]) for n in sampler.names}
                 if reward.needs_train_batches else {}
+            )
+        law = self.distribution.law
+        if law is not None and law.settings.probe_steps(len(sampler.names)) >= self.update_every:
+            raise ValueError(
+                f"The mixing-law probe windows take {law.settings.probe_steps(len(sampler.names))} steps per update "
+                f"(mixing_law_sweeps={law.settings.sweeps} × {len(sampler.names)} corpora × mixing_law_window_steps="
+                f"{law.settings.window_steps}), not fewer than update_every={self.update_every}. Raise update_every "
+                "or lower mixing_law_sweeps / mixing_law_window_steps."
             )
 
     @property
@@ -176,8 +185,12 @@ class CorpusBalancingCallback(TrainerCallback):
         self.sampler.set_epoch(math.floor(state.epoch or 0))
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.reward is not None and state.global_step > 0 and state.global_step % self.update_every == 0:
-            self.update(model, state.global_step, args.output_dir if args.should_save else None)
+        output_dir = args.output_dir if args.should_save else None
+        if self.distribution.law is not None:
+            if self.distribution.law.measures_at(state.global_step, self.update_every):
+                self.probe(model, state.global_step, output_dir)
+        elif self.reward is not None and state.global_step > 0 and state.global_step % self.update_every == 0:
+            self.update(model, state.global_step, output_dir)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         # Under a stock Trainer (Trainer, Seq2SeqTrainer, TRL's SFTTrainer): add the last update's numbers to the
@@ -208,6 +221,31 @@ class CorpusBalancingCallback(TrainerCallback):
         process that saves), and its numbers go out with the Trainer's next log entry.
         """
         start = time.perf_counter()
+        rewards, extras = self._measure(model)
+        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None)}
+        self.distribution.update(rewards, record)
+        record.update(extras)
+        self._finish(record, time.perf_counter() - start, output_dir)
+        return record
+
+    def probe(self, model: torch.nn.Module, step: int, output_dir: str | None = None) -> dict | None:
+        """Strategy ``mixing-law``: measure every corpus's dev loss at a probe window's boundary and hand it to the
+        distribution, which switches the sampler to the next window's mix; when the last window of the update has
+        ended it fits the law and moves p, and that record is written and logged as :meth:`update`'s."""
+        start = time.perf_counter()
+        losses, _ = self._measure(model)
+        rng = np.random.default_rng([self.seed, self.update_count, 3])  # the window order, drawn at a phase's start
+        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None)}
+        done = self.distribution.law_measured(losses, step, rng, record)
+        self._probe_seconds += time.perf_counter() - start
+        if done is None:
+            return None
+        seconds, self._probe_seconds = self._probe_seconds, 0.0  # the phase's measuring, not its training steps
+        self._finish(record, seconds, output_dir)
+        return record
+
+    def _measure(self, model: torch.nn.Module) -> tuple[np.ndarray, dict]:
+        """One measurement of the reward on this update's dev (and train) batches, summed over the ranks."""
         process_index, num_processes = self._shard()
         dev_batches = self.dev_batches()
         train_batches = self._train_batches(process_index, num_processes) if self.reward.needs_train_batches else None
@@ -216,11 +254,11 @@ class CorpusBalancingCallback(TrainerCallback):
             shares = self.reward.compute(model, dev_batches, train_batches, process_index=process_index,
                                          num_processes=num_processes, seed=seed)
         totals = {key: self._sum_over_ranks(value) for key, value in shares.items()}
-        rewards, extras = self.reward.finalize(totals)
-        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None)}
-        self.distribution.update(rewards, record)
-        record.update(extras)
-        record["seconds"] = time.perf_counter() - start
+        return self.reward.finalize(totals)
+
+    def _finish(self, record: dict, seconds: float, output_dir: str | None) -> None:
+        """Time the update's record, append it to the history file and queue its numbers for the next log."""
+        record["seconds"] = seconds
         if output_dir is not None:
             os.makedirs(output_dir, exist_ok=True)
             with open(os.path.join(output_dir, HISTORY_FILE), "a", encoding="utf-8") as history:
@@ -229,7 +267,6 @@ class CorpusBalancingCallback(TrainerCallback):
         self._pending_logs = {f"balance/p_{n}": record["probabilities"][n] for n in names}
         self._pending_logs.update({f"balance/reward_{n}": record["rewards"][n] for n in names})
         self._pending_logs["balance/seconds"] = record["seconds"]
-        return record
 
     def dev_batches(self) -> list[list[dict]]:
         """The collated dev batches of every corpus for the next update (seeded by the seed and the update count)."""

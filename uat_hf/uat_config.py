@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from transformers import Seq2SeqTrainingArguments
 
-from .distribution import DYNAMIC_STRATEGIES, STRATEGIES, CorpusDistribution
+from .distribution import DYNAMIC_STRATEGIES, SCORER_STRATEGIES, STRATEGIES, CorpusDistribution
 from .measures import MEASURES, RELEASED_CODE_MEASURES
+from .mixing_law import MixingLawSettings
 from .priors import STATIC_TEMPERATURES, check_corpus_probabilities
 from .scorer import PRIOR_FITS
 
@@ -23,6 +24,7 @@ MC_BATCH_MODES = ("auto", "loop", "replicate")
 #: ``strategy: multiuat-<measure>`` is the one-word spelling of ``strategy: multiuat, measure: <measure>``.
 MULTIUAT_PREFIX = "multiuat-"
 DEFAULT_MEASURE = "enteos"
+MIXING_LAW_PREFIX = "mixing_law_"
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,8 @@ class UATConfig(Seq2SeqTrainingArguments):
     scorer_prior_temperature: float | None = field(
         default=None,
         metadata={
-            "help": "multiuat / multidds-s: τ of the prior the scorer starts from (default 1: proportional, as in the "
-            "paper). Static strategies refuse it."
+            "help": "multiuat / multidds-s / mixing-law: τ of the prior p starts from (default 1: proportional, as in "
+            "the paper). Static strategies refuse it."
         },
     )
     corpus_probabilities: dict | str | None = field(
@@ -184,6 +186,36 @@ class UATConfig(Seq2SeqTrainingArguments):
         metadata={"help": "MultiDDS-S: a fresh train batch for every (dev, train) corpus pair, as both reference "
                   "codes (N + N² gradient passes per update instead of 2N; see docs/multidds.md)."},
     )
+    mixing_law_window_steps: int | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: training steps per probe window (default "
+                  f"{MixingLawSettings.window_steps}; Aioli: 6)."},
+    )
+    mixing_law_sweeps: int | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: probe sweeps over the corpora per update, alternately in a seeded random "
+                  f"order and its reverse (default {MixingLawSettings.sweeps}; Aioli: 4). Dev-loss forwards per "
+                  "update: (sweeps × N + 1) × N dev batches."},
+    )
+    mixing_law_factor: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: share of the batch a probe window moves to its corpus (default "
+                  f"{MixingLawSettings.factor}, Aioli's one-hot factor)."},
+    )
+    mixing_law_eta: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: η of the update p ∝ p·exp(η Σ_i A_ij) (default {MixingLawSettings.eta})."},
+    )
+    mixing_law_ema: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: weight of the previous smoothed law A in its EMA (default "
+                  f"{MixingLawSettings.ema}; 0: the newest law only)."},
+    )
+    mixing_law_anchor: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: pull of log p back toward the log prior at each update (default "
+                  f"{MixingLawSettings.anchor}; 0: none, as Aioli)."},
+    )
     allow_inexact_resume: bool = field(
         default=False,
         metadata={
@@ -217,10 +249,11 @@ class UATConfig(Seq2SeqTrainingArguments):
         for rule in NUMBER_RULES:
             rule.check(getattr(self, rule.name))
         self._check_dataloader_settings()
+        self._check_mixing_law_settings()
         if self.scorer_prior_fit not in PRIOR_FITS:
             raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
                              f"{self.scorer_prior_fit!r}.")
-        if self.is_dynamic and self.scorer_lr == 0 and self.scorer_prior_fit == "released":
+        if self.strategy in SCORER_STRATEGIES and self.scorer_lr == 0 and self.scorer_prior_fit == "released":
             raise ValueError(
                 "scorer_lr=0 cannot fit the scorer to its prior (scorer_prior_fit='released' uses the scorer's Adam); "
                 "use scorer_prior_fit='exact' for a scorer that stays at its prior, or a static strategy."
@@ -277,6 +310,25 @@ class UATConfig(Seq2SeqTrainingArguments):
             source = f" (from strategy '{MULTIUAT_PREFIX}{spelled}')" if spelled is not None else ""
             raise ValueError(f"Unknown measure {self.measure!r}{source}; choose one of "
                              f"{', '.join(MEASURES + RELEASED_CODE_MEASURES)}.")
+
+    def _check_mixing_law_settings(self) -> None:
+        """The ``mixing_law_*`` knobs belong to strategy ``mixing-law``: with another strategy they would silently do
+        nothing, so they are refused; with it, they are checked here, before training starts."""
+        given = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name.startswith(MIXING_LAW_PREFIX) and getattr(self, f.name) is not None}
+        if given and self.strategy != "mixing-law":
+            raise ValueError(
+                f"{', '.join(f'{k}={v}' for k, v in given.items())} set(s) strategy 'mixing-law', but strategy is "
+                f"{self.strategy!r}. Remove it, or use strategy 'mixing-law'."
+            )
+        if self.strategy == "mixing-law":
+            self.mixing_law_settings()  # validates
+
+    def mixing_law_settings(self) -> MixingLawSettings:
+        """The settings of strategy ``mixing-law``: the given ``mixing_law_*`` values, the defaults otherwise."""
+        given = {f.name[len(MIXING_LAW_PREFIX):]: getattr(self, f.name) for f in fields(self)
+                 if f.name.startswith(MIXING_LAW_PREFIX) and getattr(self, f.name) is not None}
+        return MixingLawSettings(**given)
 
     def _check_prior_settings(self) -> None:
         """Each prior knob belongs to one kind of strategy, so that switching ``strategy`` (e.g. on the command
@@ -352,6 +404,7 @@ class UATConfig(Seq2SeqTrainingArguments):
         return CorpusDistribution.for_strategy(
             self.strategy, sizes, temperature=self.effective_prior_temperature, probabilities=probabilities,
             scorer_lr=self.scorer_lr, scorer_steps=self.scorer_steps, scorer_prior_fit=self.scorer_prior_fit,
+            mixing_law=self.mixing_law_settings() if self.strategy == "mixing-law" else None,
         )
 
     @property
