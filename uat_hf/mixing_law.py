@@ -50,7 +50,7 @@ __all__ = [
 class MixingLawSettings:
     """The knobs of strategy ``mixing-law`` (``UATConfig.mixing_law_*``); see docs/mixing_law.md."""
 
-    window_steps: int = 4  #: training steps per probe window (Aioli's lp_steps: 6)
+    window_steps: int = 3  #: training steps per probe window (Aioli's lp_steps: 6)
     sweeps: int = 2  #: passes over the corpora per update, alternately forward and reversed (Aioli's lp_rounds: 4)
     factor: float = 0.5  #: f, the share a window moves to its corpus (Aioli's one_hot_factor: 0.5)
     eta: float = 1.0  #: η, the step of the exponentiated-gradient update (Aioli's full-scale scripts: 1)
