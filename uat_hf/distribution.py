@@ -123,8 +123,9 @@ class CorpusDistribution:
         batch on. A dynamic strategy's p follows its scorer only (so that a checkpoint can check one against the
         other)."""
         if self.is_dynamic:
+            learner = "scorer" if self.scorer is not None else "mixing law"
             raise ValueError(
-                f"p of strategy {self.strategy!r} follows its scorer or law; it cannot be set by hand. Use a static "
+                f"p of strategy {self.strategy!r} follows its {learner}; it cannot be set by hand. Use a static "
                 "strategy ('fixed') to set p yourself."
             )
         if isinstance(probabilities, Mapping):

@@ -76,9 +76,9 @@ def load_history(history_or_output_dir: HistorySource) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(
             f"No balancing history at {str(path)!r}. {HISTORY_FILE} is written into the training output_dir at "
-            "each balancing update of a dynamic strategy (multiuat, multidds-s, mixing-law); static strategies "
-            "(proportional, temperature, uniform) keep p fixed and record none. Point at the output_dir of a "
-            "dynamic run whose training reached at least one update (update_every steps)."
+            "each balancing update of a dynamic strategy (multiuat or multidds-s) and of mixing-law; static "
+            "strategies (proportional, temperature, uniform) keep p fixed and record none. Point at the output_dir "
+            "of a dynamic run whose training reached at least one update (update_every steps)."
         )
     records = []
     with path.open(encoding="utf-8") as f:
