@@ -106,6 +106,7 @@ class CorpusBalancingCallback(TrainerCallback):
         self.saves_on_save = True
         self._pending_logs: dict[str, float] = {}
         self._probe_seconds = 0.0  # mixing-law: measuring time of the probe phase in progress
+        self._dev_batches: tuple[int, list] | None = None  # (update count, its dev batches)
         # Only the model's columns, selected once: select_columns builds a new Dataset (and fingerprint) per call.
         self.dev_corpora = {n: model_columns(d) for n, d in (dev_corpora or {}).items()}
         self.train_corpora = {n: model_columns(d) for n, d in (train_corpora or {}).items()}
@@ -269,9 +270,13 @@ class CorpusBalancingCallback(TrainerCallback):
         self._pending_logs["balance/seconds"] = record["seconds"]
 
     def dev_batches(self) -> list[list[dict]]:
-        """The collated dev batches of every corpus for the next update (seeded by the seed and the update count)."""
-        return [self._token_batches(self.dev_corpora[n], self._dev_lengths[n], self.dev_batch_tokens, i, 0)
-                for i, n in enumerate(self.sampler.names)]
+        """The collated dev batches of every corpus for the next update (seeded by the seed and the update count),
+        drawn once per update: mixing-law measures them again at every probe window's end."""
+        if self._dev_batches is None or self._dev_batches[0] != self.update_count:
+            self._dev_batches = (self.update_count, [
+                self._token_batches(self.dev_corpora[n], self._dev_lengths[n], self.dev_batch_tokens, i, 0)
+                for i, n in enumerate(self.sampler.names)])
+        return self._dev_batches[1]
 
     def _train_batches(self, process_index: int, num_processes: int) -> list:
         """Fresh train batches: one per corpus, or with a per-pair reward ``[i][j]`` for dev corpus i and train
