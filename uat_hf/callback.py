@@ -4,7 +4,9 @@
 the sampler's epoch and state in step with the Trainer; MultiUAT and MultiDDS-S additionally, every
 ``update_every`` optimizer steps, draw a dev batch per corpus, ask their reward for one number per
 corpus and hand them to the :class:`~uat_hf.distribution.CorpusDistribution`, which moves ψ and p. The
-sampler reads the new p from the distribution for its next batch.
+sampler reads the new p from the distribution for its next batch. ``mixing-law`` measures every corpus's dev
+loss at the start of its probe phase and at the end of each probe window (:meth:`probe`); the distribution
+switches the sampler to the next window's mix and, after the last window, fits the law and moves p.
 
 Distributed runs: every rank holds its own sampler and scorer and must reach bit-identical probabilities.
 The rewards are computed as a share per rank (the reward splits the work), summed with one all-reduce and
