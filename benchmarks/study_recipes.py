@@ -22,12 +22,15 @@ import yaml
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes" / "study"
 STRATEGIES = ("proportional", "temperature", "uniform", "multidds-s",
-              "multiuat-enteos", "multiuat-exptp", "multiuat-entsent")
+              "multiuat-enteos", "multiuat-exptp", "multiuat-entsent", "mixing-law")
 SCORER_STEPS = 200  # UATConfig's default, the released code's 200 Adam steps per update
 
 # Training pairs after cleaning, largest and smallest corpus (uat-train's "data:" line; the multilingual counts
 # are ../shared/corpora/README.md's, which that setup does not filter).
 SIZES = {"multidomain": (17337, 4527), "multilingual": (137104, 1616)}
+CORPORA = {"multidomain": 4, "multilingual": 8}
+#: mixing-law's probe phase is at most this share of each update interval (its update_every is raised to fit).
+PROBE_SHARE = 0.25
 
 DEMO_DATA = {  # recipes/demo.yaml
     "corpus_dir": "bundled:multidomain-en-de", "direction": "multi-domain", "source_lang": "en",
@@ -115,6 +118,22 @@ def drift(setup: str, regime: str) -> dict[str, float]:
             "ratio": updates * per_update / spread}
 
 
+def mixing_law_schedule(setup: str, regime: str) -> dict[str, float]:
+    """mixing-law's update interval (the regime's, raised in hundreds until the probe windows take at most
+    :data:`PROBE_SHARE` of it) and its cost: probe steps, dev batches per update, and the dev tokens run forward
+    per update as a share of the tokens trained forward and backward (about 3 forwards' worth) in the interval."""
+    from uat_hf.mixing_law import MixingLawSettings
+
+    settings, law, n = REGIMES[setup, regime], MixingLawSettings(), CORPORA[setup]
+    probe = law.probe_steps(n)
+    update_every = settings["update_every"]
+    while probe > PROBE_SHARE * update_every:
+        update_every = (update_every // 100 + 1) * 100
+    batches = (law.windows(n) + 1) * n
+    cost = batches * DEV_BATCH["dev_batch_tokens"] / (3 * update_every * settings["fields"]["max_tokens"])
+    return {"update_every": update_every, "probe_steps": probe, "dev_batches": batches, "cost": cost}
+
+
 def recipe_text(setup: str, regime: str, strategy: str) -> str:
     """The YAML of one cell: a comment that says what it is and how it is run, then the fields."""
     settings = REGIMES[setup, regime]
@@ -133,6 +152,15 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
             f"{d['ratio']:.2f}; one update moves psi by at most {d['per_update']:.2f}.")
         fields.update(MC_SAMPLES if strategy.startswith("multiuat") else {}, **DEV_BATCH,
                       update_every=settings["update_every"], scorer_lr=settings["scorer_lr"])
+    if strategy == "mixing-law":
+        m = mixing_law_schedule(setup, regime)
+        notes.append(
+            f"mixing-law (docs/mixing_law.md), default settings: every {m['update_every']} steps "
+            f"{m['probe_steps']} probe steps ({100 * m['probe_steps'] / m['update_every']:.0f} %, ordinary training "
+            f"steps) and {m['dev_batches']} dev-loss forwards of {DEV_BATCH['dev_batch_tokens']} tokens: about "
+            f"{100 * m['cost']:.1f} % of the training compute. update_every is the regime's unless the probe "
+            f"windows would take more than {PROBE_SHARE:.0%} of it.")
+        fields.update(**DEV_BATCH, update_every=m["update_every"])
     fields.update(settings["fields"])
     lines = [line for note in notes for line in textwrap.wrap(note, 117, initial_indent="# ", subsequent_indent="# ")]
     lines += [f"#   uat-train --config recipes/study/{cell}.yaml --seed N --output_dir runs/study/{cell}/seedN",

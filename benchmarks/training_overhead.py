@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--mc-samples", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--dev-batch-tokens", type=int, default=1024)
-    parser.add_argument("--strategies", nargs="+", default=["proportional", "multiuat", "multidds-s"])
+    parser.add_argument("--strategies", nargs="+", default=["proportional", "multiuat", "multidds-s", "mixing-law"])
     parser.add_argument("--repeats", type=int, default=1,
                         help="Timed runs per strategy (interleaved); the fastest counts.")
     options = parser.parse_args()

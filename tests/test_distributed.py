@@ -77,3 +77,22 @@ def test_logged_loss_is_the_mean_loss_with_one_or_two_processes(tmp_path):
         metrics = run["metrics"]
         assert metrics["train_samples_per_second"] * metrics["train_runtime"] == pytest.approx(run["examples"],
                                                                                                rel=1e-2)
+
+
+@pytest.mark.distributed
+def test_mixing_law_two_ranks_agree_inside_and_after_the_probe_windows(tmp_path):
+    launch(HERE / "distributed" / "mixing_law_run.py", tmp_path)
+    ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert all(json.loads((tmp_path / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
+    assert [r["step"] for r in ranks[0]] == list(range(1, 11)) == [r["step"] for r in ranks[1]]
+    for a, b in zip(*ranks):
+        assert a["p"] == b["p"]  # bit-identical probe mixes and p after every step
+        assert a["sampler"] == b["sampler"]  # same corpus draws
+        assert a["law"] == b["law"]  # same window order, dev losses, fitted law
+    assert len({json.dumps(r["p"]) for r in ranks[0][4:9]}) == 5  # steps 5-8: four probe mixes, then p
+    assert ranks[0][8]["p"] != ranks[0][0]["p"]  # the update at step 9 moved p
+    history = [json.loads(line) for line in (tmp_path / "run" / "balancing_history.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == [9]  # written once, by the main process
+    # 6 measurements (before and after each of the 4 windows, and the start of the next phase at step 10) × 4
+    # corpora, one sub-batch each: half of them on each rank.
+    assert [ranks[r][-1]["forwards"] for r in (0, 1)] == [12, 12]

@@ -320,9 +320,11 @@ def test_study_recipes_are_current_and_parse():
     folder = Path(study_recipes.RECIPES)
     on_disk = {path.name: path.read_text() for path in folder.glob("*.yaml")}
     assert on_disk == study_recipes.all_recipes(), "run python benchmarks/study_recipes.py"
-    assert len(on_disk) == 21
+    assert len(on_disk) == 24  # 3 grids × 8 strategies (mixing-law included)
     for setup, regime in study_recipes.REGIMES:
         assert 0.9 <= study_recipes.drift(setup, regime)["ratio"] <= 1.1  # DESIGN.md: travel ~ log-size spread
         assert study_recipes.drift(setup, regime)["updates"] >= 10
     training, data, *_ = cli.parse_arguments(["--config", str(folder / "multidomain-B-multiuat-exptp.yaml")])
     assert (training.strategy, training.measure, data.train_fraction) == ("multiuat", "exptp", 0.25)
+    training, *_ = cli.parse_arguments(["--config", str(folder / "multilingual-B-mixing-law.yaml")])
+    assert (training.strategy, training.update_every) == ("mixing-law", 200)  # 48 probe steps: <= 25 % of it

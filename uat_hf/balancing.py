@@ -27,6 +27,7 @@ from transformers.trainer_utils import seed_worker
 
 from .callback import CorpusBalancingCallback
 from .columns import MODEL_COLUMNS, TOKEN_COLUMNS
+from .dev_loss import DevLoss
 from .language_codes import language_code_ids
 from .measures import IGNORE_INDEX
 from .rewards import BalancingReward, require_supported_model
@@ -126,6 +127,8 @@ def balancing_reward(config: UATConfig, model: Any, tokenizer: Any, accelerator:
         reward = GradientCosineReward(dropout=config.dds_dropout, label_smoothing=config.label_smoothing_factor,
                                       per_pair_train_batches=config.dds_per_pair_train_batches,
                                       language_code_ids=codes)
+    elif config.strategy == "mixing-law":
+        reward = DevLoss()
     else:
         return None
     reward.check_model(model, accelerator)

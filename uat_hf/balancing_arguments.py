@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .distribution import STRATEGIES
+from .mixing_law import MixingLawSettings
 
 __all__ = [
     "DEFAULT_MEASURE",
@@ -54,8 +55,8 @@ class BalancingArguments:
     scorer_prior_temperature: float | None = field(
         default=None,
         metadata={
-            "help": "multiuat / multidds-s: τ of the prior the scorer starts from (default 1: proportional, as in the "
-            "paper). Static strategies refuse it."
+            "help": "multiuat / multidds-s / mixing-law: τ of the prior p starts from (default 1: proportional, as "
+            "in the paper). Static strategies refuse it."
         },
     )
     corpus_probabilities: dict | str | None = field(
@@ -128,6 +129,36 @@ class BalancingArguments:
         default=False,
         metadata={"help": "MultiDDS-S: a fresh train batch for every (dev, train) corpus pair, as both reference "
                   "codes (N + N² gradient passes per update instead of 2N; see docs/multidds.md)."},
+    )
+    mixing_law_window_steps: int | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: training steps per probe window (default "
+                  f"{MixingLawSettings.window_steps}; Aioli: 6)."},
+    )
+    mixing_law_sweeps: int | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: probe sweeps over the corpora per update, alternately in a seeded random "
+                  f"order and its reverse (default {MixingLawSettings.sweeps}; Aioli: 4). Dev-loss forwards per "
+                  "update: (sweeps × N + 1) × N dev batches."},
+    )
+    mixing_law_factor: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: share of the batch a probe window moves to its corpus (default "
+                  f"{MixingLawSettings.factor}, Aioli's one-hot factor)."},
+    )
+    mixing_law_eta: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: η of the update p ∝ p·exp(η Σ_i A_ij) (default {MixingLawSettings.eta})."},
+    )
+    mixing_law_ema: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: weight of the previous smoothed law A in its EMA (default "
+                  f"{MixingLawSettings.ema}; 0: the newest law only)."},
+    )
+    mixing_law_anchor: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: pull of log p back toward the log prior at each update (default "
+                  f"{MixingLawSettings.anchor}; 0: none, as Aioli)."},
     )
     allow_inexact_resume: bool = field(
         default=False,

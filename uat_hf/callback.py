@@ -4,7 +4,9 @@
 the sampler's epoch and state in step with the Trainer; MultiUAT and MultiDDS-S additionally, every
 ``update_every`` optimizer steps, draw a dev batch per corpus, ask their reward for one number per
 corpus and hand them to the :class:`~uat_hf.distribution.CorpusDistribution`, which moves ψ and p. The
-sampler reads the new p from the distribution for its next batch.
+sampler reads the new p from the distribution for its next batch. ``mixing-law`` measures every corpus's dev
+loss at the start of its probe phase and at the end of each probe window (:meth:`probe`); the distribution
+switches the sampler to the next window's mix and, after the last window, fits the law and moves p.
 
 Distributed runs: every rank holds its own sampler and scorer and must reach bit-identical probabilities.
 The rewards are computed as a share per rank (the reward splits the work), summed with one all-reduce and
@@ -105,6 +107,8 @@ class CorpusBalancingCallback(TrainerCallback):
         self.resume_from: str | None = None
         self._history: HistoryFile | None = None  # set when training begins, where output_dir is known
         self._pending_logs: dict[str, float] = {}
+        self._probe_seconds = 0.0  # mixing-law: measuring time of the probe phase in progress
+        self._dev_batches: tuple[int, list] | None = None  # (update count, its dev batches)
         # Only the model's columns, selected once: select_columns builds a new Dataset (and fingerprint) per call.
         self.dev_corpora = {n: model_columns(d) for n, d in (dev_corpora or {}).items()}
         self.train_corpora = {n: model_columns(d) for n, d in (train_corpora or {}).items()}
@@ -124,6 +128,14 @@ class CorpusBalancingCallback(TrainerCallback):
             self._train_lengths = (
                 {n: example_lengths(self.train_corpora[n]) for n in sampler.names}
                 if reward.needs_train_batches else {}
+            )
+        law = self.distribution.law
+        if law is not None and law.settings.probe_steps(len(sampler.names)) >= self.update_every:
+            raise ValueError(
+                f"The mixing-law probe windows take {law.settings.probe_steps(len(sampler.names))} steps per update "
+                f"(mixing_law_sweeps={law.settings.sweeps} × {len(sampler.names)} corpora × mixing_law_window_steps="
+                f"{law.settings.window_steps}), not fewer than update_every={self.update_every}. Raise update_every "
+                "or lower mixing_law_sweeps / mixing_law_window_steps."
             )
 
     @property
@@ -168,7 +180,10 @@ class CorpusBalancingCallback(TrainerCallback):
         self.sampler.set_epoch(math.floor(state.epoch or 0))
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.reward is not None and state.global_step > 0 and state.global_step % self.update_every == 0:
+        if self.distribution.law is not None:
+            if self.distribution.law.measures_at(state.global_step, self.update_every):
+                self.probe(model, state.global_step)
+        elif self.reward is not None and state.global_step > 0 and state.global_step % self.update_every == 0:
             self.update(model, state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -197,6 +212,31 @@ class CorpusBalancingCallback(TrainerCallback):
         Trainer's next log entry.
         """
         start = time.perf_counter()
+        rewards, extras = self._measure(model)
+        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None)}
+        self.distribution.update(rewards, record)
+        record.update(extras)
+        self._finish(record, time.perf_counter() - start)
+        return record
+
+    def probe(self, model: torch.nn.Module, step: int) -> dict | None:
+        """Strategy ``mixing-law``: measure every corpus's dev loss at a probe window's boundary and hand it to the
+        distribution, which switches the sampler to the next window's mix; when the last window of the update has
+        ended it fits the law and moves p, and that record is written and logged as :meth:`update`'s."""
+        start = time.perf_counter()
+        losses, _ = self._measure(model)
+        rng = np.random.default_rng([self.seed, self.update_count, 3])  # the window order, drawn at a phase's start
+        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None)}
+        done = self.distribution.law_measured(losses, step, rng, record)
+        self._probe_seconds += time.perf_counter() - start
+        if done is None:
+            return None
+        seconds, self._probe_seconds = self._probe_seconds, 0.0  # the phase's measuring, not its training steps
+        self._finish(record, seconds)
+        return record
+
+    def _measure(self, model: torch.nn.Module) -> tuple[np.ndarray, dict]:
+        """One measurement of the reward on this update's dev (and train) batches, summed over the ranks."""
         process_index, num_processes = self._shard()
         dev_batches = self.dev_batches()
         train_batches = self._train_batches(process_index, num_processes) if self.reward.needs_train_batches else None
@@ -205,23 +245,26 @@ class CorpusBalancingCallback(TrainerCallback):
             shares = self.reward.compute(model, dev_batches, train_batches, process_index=process_index,
                                          num_processes=num_processes, seed=seed)
         totals = {key: self._sum_over_ranks(value) for key, value in shares.items()}
-        rewards, extras = self.reward.finalize(totals)
-        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None)}
-        self.distribution.update(rewards, record)
-        record.update(extras)
-        record["seconds"] = time.perf_counter() - start
+        return self.reward.finalize(totals)
+
+    def _finish(self, record: dict, seconds: float) -> None:
+        """Time the update's record, append it to the history file and queue its numbers for the next log."""
+        record["seconds"] = seconds
         if self._history is not None:
             self._history.append(record)
         names = self.sampler.names
         self._pending_logs = {f"balance/p_{n}": record["probabilities"][n] for n in names}
         self._pending_logs.update({f"balance/reward_{n}": record["rewards"][n] for n in names})
         self._pending_logs["balance/seconds"] = record["seconds"]
-        return record
 
     def dev_batches(self) -> list[list[dict]]:
-        """The collated dev batches of every corpus for the next update (seeded by the seed and the update count)."""
-        return [self._token_batches(self.dev_corpora[n], self._dev_lengths[n], self.dev_batch_tokens, i, 0)
-                for i, n in enumerate(self.sampler.names)]
+        """The collated dev batches of every corpus for the next update (seeded by the seed and the update count),
+        drawn once per update: mixing-law measures them again at every probe window's end."""
+        if self._dev_batches is None or self._dev_batches[0] != self.update_count:
+            self._dev_batches = (self.update_count, [
+                self._token_batches(self.dev_corpora[n], self._dev_lengths[n], self.dev_batch_tokens, i, 0)
+                for i, n in enumerate(self.sampler.names)])
+        return self._dev_batches[1]
 
     def _train_batches(self, process_index: int, num_processes: int) -> list:
         """Fresh train batches: one per corpus, or with a per-pair reward ``[i][j]`` for dev corpus i and train

@@ -13,23 +13,27 @@ never in a checkpoint, which records how many there are; loading takes them back
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from .mixing_law import MixingLaw, MixingLawSettings
 from .names import check_exact_names, check_unique_names
 from .priors import STATIC_TEMPERATURES, temperature_prior, validate_probabilities
 from .scorer import CorpusScorer, NonFiniteRewardError
 
-__all__ = ["CorpusDistribution", "DYNAMIC_STRATEGIES", "STATIC_STRATEGIES", "STRATEGIES"]
+__all__ = ["CorpusDistribution", "DYNAMIC_STRATEGIES", "SCORER_STRATEGIES", "STATIC_STRATEGIES", "STRATEGIES"]
 
 logger = logging.getLogger(__name__)
 
 #: Static strategies: p is fixed for the whole run. ``fixed`` samples with hand-given probabilities.
 STATIC_STRATEGIES: tuple[str, ...] = tuple(STATIC_TEMPERATURES) + ("fixed",)
-#: Dynamic strategies: a scorer re-learns p every ``update_every`` steps.
-DYNAMIC_STRATEGIES: tuple[str, ...] = ("multiuat", "multidds-s")
+#: Dynamic strategies with a scorer ψ that re-learns p every ``update_every`` steps.
+SCORER_STRATEGIES: tuple[str, ...] = ("multiuat", "multidds-s")
+#: Dynamic strategies: the scorer ones, and ``mixing-law`` (a :class:`~uat_hf.mixing_law.MixingLaw` learns p).
+DYNAMIC_STRATEGIES: tuple[str, ...] = SCORER_STRATEGIES + ("mixing-law",)
 STRATEGIES: tuple[str, ...] = STATIC_STRATEGIES + DYNAMIC_STRATEGIES
 
 _STATE_FORMAT = 2  # 2: the history is no longer inside the state (only its length, the update count)
@@ -42,23 +46,27 @@ class CorpusDistribution:
         names: corpus names, in the order of every probability vector.
         prior: the distribution p starts from (validated once, here).
         strategy: one of :data:`STRATEGIES`; a dynamic one needs ``scorer``.
-        scorer: the learned ψ of a dynamic strategy, built from ``prior`` (:meth:`for_strategy` does), ``None``
-            for a static one. The prior itself is kept here only.
+        scorer: the learned ψ of multiuat / multidds-s, built from ``prior`` (:meth:`for_strategy` does), ``None``
+            otherwise. The prior itself is kept here only.
+        law: the state of strategy ``mixing-law`` (its p, fitted law and probe windows), ``None`` otherwise.
     """
 
     def __init__(self, names: Sequence[str], prior: Sequence[float], *, strategy: str = "fixed",
-                 scorer: CorpusScorer | None = None) -> None:
+                 scorer: CorpusScorer | None = None, law: MixingLaw | None = None) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"Unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}.")
         self.names: list[str] = [str(n) for n in names]
         check_unique_names(self.names, "Corpus names must be unique, got {names}.")
         self.strategy = strategy
         self._prior = validate_probabilities(prior, self.names)
-        if (strategy in DYNAMIC_STRATEGIES) != (scorer is not None):
+        if (strategy in SCORER_STRATEGIES) != (scorer is not None):
             raise ValueError(f"Strategy {strategy!r} " + ("needs a scorer." if scorer is None else "has no scorer."))
+        if (strategy == "mixing-law") != (law is not None):
+            raise ValueError(f"Strategy {strategy!r} " + ("needs a MixingLaw." if law is None else "has no law."))
         if scorer is not None and scorer.names != self.names:
             raise ValueError(f"The scorer is for corpora {scorer.names}, the distribution for {self.names}.")
         self.scorer = scorer
+        self.law = law
         self._p = self._prior.copy()
         #: Balancing updates asked for, skipped ones included (the seed of each update's dev batches).
         self.update_count = 0
@@ -78,6 +86,7 @@ class CorpusDistribution:
         scorer_lr: float = 1e-4,
         scorer_steps: int = 200,
         scorer_prior_fit: str = "released",
+        mixing_law: MixingLawSettings | None = None,
     ) -> CorpusDistribution:
         """The distribution a strategy starts from: the hand-given ``probabilities``, else the τ prior over
         the corpus ``sizes`` (τ: ``temperature``, else the strategy's own; 1 for dynamic strategies)."""
@@ -87,10 +96,12 @@ class CorpusDistribution:
         else:
             tau = temperature if temperature is not None else STATIC_TEMPERATURES.get(strategy, 1.0)
             prior = temperature_prior(dict(sizes), tau)
-        scorer = None
-        if strategy in DYNAMIC_STRATEGIES:
+        scorer = law = None
+        if strategy in SCORER_STRATEGIES:
             scorer = CorpusScorer(names, prior, lr=scorer_lr, steps=scorer_steps, prior_fit=scorer_prior_fit)
-        return cls(names, prior, strategy=strategy, scorer=scorer)
+        elif strategy == "mixing-law":
+            law = MixingLaw(prior, mixing_law)
+        return cls(names, prior, strategy=strategy, scorer=scorer, law=law)
 
     # ------------------------------------------------------------------ reading
     @property
@@ -104,7 +115,7 @@ class CorpusDistribution:
 
     @property
     def is_dynamic(self) -> bool:
-        return self.scorer is not None
+        return self.scorer is not None or self.law is not None
 
     def as_dict(self) -> dict[str, float]:
         return dict(zip(self.names, self._p.tolist()))
@@ -114,10 +125,11 @@ class CorpusDistribution:
         """Set p of a static distribution by hand (a custom schedule, or a test); readers see it from their next
         batch on. A dynamic strategy's p follows its scorer only (so that a checkpoint can check one against the
         other)."""
-        if self.scorer is not None:
+        if self.is_dynamic:
+            learner = "scorer" if self.scorer is not None else "mixing law"
             raise ValueError(
-                f"p of strategy {self.strategy!r} follows its scorer; it cannot be set by hand. Use a static strategy "
-                "('fixed') to set p yourself."
+                f"p of strategy {self.strategy!r} follows its {learner}; it cannot be set by hand. Use a static "
+                "strategy ('fixed') to set p yourself."
             )
         if isinstance(probabilities, Mapping):
             check_exact_names(probabilities, self.names,
@@ -149,6 +161,32 @@ class CorpusDistribution:
         self.history.append(record)
         return record
 
+    def law_measured(self, losses: Sequence[float], step: int, rng: np.random.Generator,
+                     record: dict[str, Any]) -> dict[str, Any] | None:
+        """Strategy ``mixing-law``: every corpus's dev loss, measured at the start of a probe phase or at the end
+        of one of its windows (``rng`` draws the window order when a phase starts). p switches to the next
+        window's probe mix; after the last window the law is fitted and p moves, and ``record`` (the step, the
+        measure), completed with the law, the probe mixes and p, is added to the history and returned."""
+        if self.law is None:
+            raise ValueError(f"Strategy {self.strategy!r} has no mixing law to measure.")
+        result = self.law.measured(step, np.asarray(losses, dtype=np.float64), rng)
+        sampling = self.law.sampling_probabilities()
+        if not np.array_equal(sampling, self._p):
+            self._p = sampling
+            self.version += 1
+        if result is None:
+            return None
+        self.update_count += 1
+        if "skipped" in result:
+            logger.warning("Skipping the mixing-law update at step %s: %s. p stays %s.", step, result["skipped"],
+                           dict(zip(self.names, self._p.round(4).tolist())))
+        gains = self.law.smoothed.sum(axis=0).tolist() if "law" in result else [math.nan] * len(self.names)
+        record["rewards"] = dict(zip(self.names, gains))  # the law's column sums Σ_i Â_ij: the gain of each corpus
+        record.update(result)
+        record["probabilities"] = self.as_dict()
+        self.history.append(record)
+        return record
+
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable: p, the prior, the scorer and the counts (floats round-trip exactly). Not the history,
@@ -162,6 +200,7 @@ class CorpusDistribution:
             "update_count": self.update_count,
             "version": self.version,
             "scorer": self.scorer.state_dict() if self.scorer is not None else None,
+            "law": self.law.state_dict() if self.law is not None else None,
         }
 
     def load_state_dict(self, state: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> None:
@@ -203,6 +242,13 @@ class CorpusDistribution:
                     + (f"softmax(ψ) = {expected.tolist()}" if version > 0 else f"the prior is {expected.tolist()}")
                     + f" (after {version} changes of p); the checkpoint is corrupt."
                 )
+        if self.law is not None:
+            self.law.load_state_dict(state["law"])
+            # p is the law's p, or the probe mix of the window in progress: anything else is a corrupt state.
+            if not np.array_equal(probabilities, self.law.sampling_probabilities()):
+                raise ValueError(f"Inconsistent corpus distribution state: p = {probabilities.tolist()} but the "
+                                 f"mixing law samples {self.law.sampling_probabilities().tolist()}; the checkpoint is "
+                                 "corrupt.")
         if len(history) != update_count:
             raise ValueError(f"Inconsistent corpus distribution state: {len(history)} history records for "
                              f"{update_count} updates.")

@@ -2,7 +2,8 @@
 
 The point of MultiUAT is *how* the corpus distribution moves during training, so the paper shows it as
 curves of each corpus's sampling probability over training steps (its Figures 1–3); for MultiDDS-S the
-gradient-cosine matrix between training and dev corpora explains why a corpus gains or loses share. Both
+gradient-cosine matrix between training and dev corpora explains why a corpus gains or loses share, and for
+mixing-law the fitted law A (how training on one corpus lowers the dev loss of each). All
 are read back from the history file the :class:`~uat_hf.callback.CorpusBalancingCallback` writes at each
 update, so a run can be plotted while it trains, after it finished, or on another machine.
 
@@ -29,12 +30,15 @@ from .checkpoints import HISTORY_FILE
 
 __all__ = [
     "COSINE_PNG",
+    "LAW_PNG",
     "PROBABILITIES_PNG",
     "REWARDS_PNG",
     "average_cosine",
+    "average_law",
     "corpus_curves",
     "load_history",
     "plot_cosine_heatmap",
+    "plot_law_heatmap",
     "plot_probabilities",
     "plot_rewards",
     "plot_run",
@@ -45,6 +49,7 @@ logger = logging.getLogger(__name__)
 PROBABILITIES_PNG = "balancing_probabilities.png"
 REWARDS_PNG = "balancing_rewards.png"
 COSINE_PNG = "gradient_cosine.png"
+LAW_PNG = "mixing_law.png"
 
 _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -71,9 +76,9 @@ def load_history(history_or_output_dir: HistorySource) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(
             f"No balancing history at {str(path)!r}. {HISTORY_FILE} is written into the training output_dir at "
-            "each balancing update of a dynamic strategy (multiuat or multidds-s); static strategies "
-            "(proportional, temperature, uniform) keep p fixed and record none. Point at the output_dir of a "
-            "dynamic run whose training reached at least one update (update_every steps)."
+            "each balancing update of a dynamic strategy (multiuat or multidds-s) and of mixing-law; static "
+            "strategies (proportional, temperature, uniform) keep p fixed and record none. Point at the output_dir "
+            "of a dynamic run whose training reached at least one update (update_every steps)."
         )
     records = []
     with path.open(encoding="utf-8") as f:
@@ -106,11 +111,22 @@ def average_cosine(history_or_output_dir: HistorySource) -> tuple[list[str], np.
     Returns ``(corpus_names, mean_matrix, number_of_matrices_averaged)``. Raises ``ValueError`` when no
     record has a finite ``cosine`` matrix or the corpora differ between records.
     """
-    records = [r for r in load_history(history_or_output_dir) if r.get("cosine") is not None]
+    return _average_matrix(load_history(history_or_output_dir), "cosine", "multidds-s runs record gradient cosines")
+
+
+def average_law(history_or_output_dir: HistorySource) -> tuple[list[str], np.ndarray, int]:
+    """The element-wise mean of the mixing-law matrices A over all updates that fitted one, transposed to the
+    layout of :func:`average_cosine`: row ``j`` is training corpus ``j``, column ``i`` dev corpus ``i``, the cell
+    the fall of dev loss i per step of training on j (a row's sum is what corpus j gains the average dev loss)."""
+    names, matrix, count = _average_matrix(load_history(history_or_output_dir), "law",
+                                           "mixing-law runs record a fitted law")
+    return names, matrix.T, count
+
+
+def _average_matrix(history: History, key: str, who: str) -> tuple[list[str], np.ndarray, int]:
+    records = [r for r in history if r.get(key) is not None]
     if not records:
-        raise ValueError(
-            "No record of this history has a 'cosine' matrix: only multidds-s runs record gradient cosines."
-        )
+        raise ValueError(f"No record of this history has a {key!r} matrix: only {who}.")
     names = list(records[0]["probabilities"])
     total = np.zeros((len(names), len(names)), dtype=np.float64)
     count = 0
@@ -120,19 +136,19 @@ def average_cosine(history_or_output_dir: HistorySource) -> tuple[list[str], np.
                 f"The update at step {record['step']} lists corpora {list(record['probabilities'])}, the first one "
                 f"{names}; one history must come from one run."
             )
-        matrix = np.asarray(record["cosine"], dtype=np.float64)
+        matrix = np.asarray(record[key], dtype=np.float64)
         if matrix.shape != total.shape:
             raise ValueError(
-                f"The cosine matrix at step {record['step']} has shape {matrix.shape}; expected {total.shape} "
-                f"(train × dev corpora {names})."
+                f"The {key} matrix at step {record['step']} has shape {matrix.shape}; expected {total.shape} "
+                f"(corpora {names})."
             )
         if not np.isfinite(matrix).all():
-            logger.warning("Leaving the non-finite cosine matrix of step %s out of the average.", record["step"])
+            logger.warning("Leaving the non-finite %s matrix of step %s out of the average.", key, record["step"])
             continue
         total += matrix
         count += 1
     if count == 0:
-        raise ValueError("Every recorded cosine matrix has non-finite entries; there is nothing to average.")
+        raise ValueError(f"Every recorded {key} matrix has non-finite entries; there is nothing to average.")
     return names, total / count, count
 
 
@@ -176,6 +192,25 @@ def plot_cosine_heatmap(history_or_output_dir: HistorySource, path: str | Path, 
     """Heatmap of :func:`average_cosine`: training corpora as rows, dev corpora as columns, cells annotated."""
     history = load_history(history_or_output_dir)
     names, matrix, count = average_cosine(history)
+    return _heatmap(names, matrix, Path(path), "cos(∇ dev loss, ∇ train loss)",
+                    "train corpus j  (row mean = reward R(j))",
+                    title or f"{_title('Gradient cosine', history)}\nmean over {_updates(count)}", digits=3)
+
+
+def plot_law_heatmap(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
+    """Heatmap of :func:`average_law`: training corpora as rows, dev corpora as columns, cells annotated."""
+    history = load_history(history_or_output_dir)
+    names, matrix, count = average_law(history)
+    return _heatmap(names, matrix, Path(path), "fall of dev loss per step", "train corpus j  (row sum = gain of j)",
+                    title or f"{_title('Mixing law A', history)}\nmean over {_updates(count)}", digits=4)
+
+
+def _updates(count: int) -> str:
+    return f"{count} update" + ("s" if count != 1 else "")
+
+
+def _heatmap(names: list[str], matrix: np.ndarray, path: Path, label: str, ylabel: str, title: str,
+             digits: int) -> Path:
     limit = float(np.abs(matrix).max()) or 1.0
     size = max(4.0, 1.1 * len(names) + 2.5)
     figure = Figure(figsize=(size + 1.2, size), layout="constrained")
@@ -183,26 +218,26 @@ def plot_cosine_heatmap(history_or_output_dir: HistorySource, path: str | Path, 
     axes = figure.add_subplot()
     image = axes.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit)
     colorbar = figure.colorbar(image, ax=axes, shrink=0.8)
-    colorbar.set_label("cos(∇ dev loss, ∇ train loss)")
+    colorbar.set_label(label)
     for row in range(len(names)):
         for column in range(len(names)):
             value = matrix[row, column]
-            axes.text(column, row, f"{value:.3f}", ha="center", va="center",
+            axes.text(column, row, f"{value:.{digits}f}", ha="center", va="center",
                       color="white" if abs(value) > 0.6 * limit else "black", fontsize=9)
     axes.set_xticks(range(len(names)), names, rotation=30, ha="right")
     axes.set_yticks(range(len(names)), names)
     axes.set_xlabel("dev corpus i")
-    axes.set_ylabel("train corpus j  (row mean = reward R(j))")
-    updates = f"{count} update" + ("s" if count != 1 else "")
-    axes.set_title(title or f"{_title('Gradient cosine', history)}\nmean over {updates}", fontsize=11)
-    return _save(figure, Path(path))
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=11)
+    return _save(figure, path)
 
 
 def plot_run(output_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
     """Write every plot a run's history supports; returns the paths written.
 
     Always :data:`PROBABILITIES_PNG` and :data:`REWARDS_PNG`; :data:`COSINE_PNG` as well when the run
-    recorded gradient cosines (MultiDDS-S). Files go to ``out_dir`` (default: ``output_dir`` itself).
+    recorded gradient cosines (MultiDDS-S), :data:`LAW_PNG` when it fitted a mixing law. Files go to
+    ``out_dir`` (default: ``output_dir`` itself).
     """
     history = load_history(output_dir)
     target = Path(out_dir) if out_dir is not None else Path(output_dir)
@@ -211,6 +246,8 @@ def plot_run(output_dir: str | Path, out_dir: str | Path | None = None) -> list[
     written = [plot_probabilities(history, target / PROBABILITIES_PNG), plot_rewards(history, target / REWARDS_PNG)]
     if any(record.get("cosine") is not None for record in history):
         written.append(plot_cosine_heatmap(history, target / COSINE_PNG))
+    if any(record.get("law") is not None for record in history):
+        written.append(plot_law_heatmap(history, target / LAW_PNG))
     return written
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from transformers import Seq2SeqTrainingArguments
 
@@ -22,9 +22,12 @@ from .balancing_arguments import (
     RELEASED_CODE_MEASURES,
     BalancingArguments,
 )
-from .distribution import DYNAMIC_STRATEGIES, STRATEGIES, CorpusDistribution
+from .distribution import DYNAMIC_STRATEGIES, SCORER_STRATEGIES, STRATEGIES, CorpusDistribution
+from .mixing_law import MixingLawSettings
 from .priors import STATIC_TEMPERATURES, check_corpus_probabilities, corpus_probabilities_for
 from .scorer import PRIOR_FITS
+
+MIXING_LAW_PREFIX = "mixing_law_"
 
 
 @dataclass(frozen=True)
@@ -120,10 +123,11 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         for rule in NUMBER_RULES:
             rule.check(getattr(self, rule.name))
         self._check_dataloader_settings()
+        self._check_mixing_law_settings()
         if self.scorer_prior_fit not in PRIOR_FITS:
             raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
                              f"{self.scorer_prior_fit!r}.")
-        if self.is_dynamic and self.scorer_lr == 0 and self.scorer_prior_fit == "released":
+        if self.strategy in SCORER_STRATEGIES and self.scorer_lr == 0 and self.scorer_prior_fit == "released":
             raise ValueError(
                 "scorer_lr=0 cannot fit the scorer to its prior (scorer_prior_fit='released' uses the scorer's Adam); "
                 "use scorer_prior_fit='exact' for a scorer that stays at its prior, or a static strategy."
@@ -180,6 +184,25 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
             source = f" (from strategy '{MULTIUAT_PREFIX}{spelled}')" if spelled is not None else ""
             raise ValueError(f"Unknown measure {self.measure!r}{source}; choose one of "
                              f"{', '.join(MEASURES + RELEASED_CODE_MEASURES)}.")
+
+    def _check_mixing_law_settings(self) -> None:
+        """The ``mixing_law_*`` knobs belong to strategy ``mixing-law``: with another strategy they would silently do
+        nothing, so they are refused; with it, they are checked here, before training starts."""
+        given = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name.startswith(MIXING_LAW_PREFIX) and getattr(self, f.name) is not None}
+        if given and self.strategy != "mixing-law":
+            raise ValueError(
+                f"{', '.join(f'{k}={v}' for k, v in given.items())} set(s) strategy 'mixing-law', but strategy is "
+                f"{self.strategy!r}. Remove it, or use strategy 'mixing-law'."
+            )
+        if self.strategy == "mixing-law":
+            self.mixing_law_settings()  # validates
+
+    def mixing_law_settings(self) -> MixingLawSettings:
+        """The settings of strategy ``mixing-law``: the given ``mixing_law_*`` values, the defaults otherwise."""
+        given = {f.name[len(MIXING_LAW_PREFIX):]: getattr(self, f.name) for f in fields(self)
+                 if f.name.startswith(MIXING_LAW_PREFIX) and getattr(self, f.name) is not None}
+        return MixingLawSettings(**given)
 
     def _check_prior_settings(self) -> None:
         """Each prior knob belongs to one kind of strategy, so that switching ``strategy`` (e.g. on the command
@@ -251,6 +274,7 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         return CorpusDistribution.for_strategy(
             self.strategy, sizes, temperature=self.effective_prior_temperature, probabilities=probabilities,
             scorer_lr=self.scorer_lr, scorer_steps=self.scorer_steps, scorer_prior_fit=self.scorer_prior_fit,
+            mixing_law=self.mixing_law_settings() if self.strategy == "mixing-law" else None,
         )
 
     @property

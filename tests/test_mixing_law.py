@@ -1,0 +1,236 @@
+"""Strategy ``mixing-law``: the update math, the law fit, the probe mixes, the trainer wiring and exact resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from uat_hf.callback import HISTORY_FILE, STATE_FILE
+from uat_hf.distribution import CorpusDistribution
+from uat_hf.mixing_law import (
+    MixingLaw,
+    MixingLawSettings,
+    fit_law,
+    law_step,
+    normalise_law,
+    probe_base,
+    probe_mixes,
+    probe_order,
+    smooth_law,
+)
+from uat_hf.plotting import plot_run
+from uat_hf.presets import build_model
+from uat_hf.uat_config import UATConfig
+from uat_hf.uat_trainer import UATTrainer
+
+# ---------------------------------------------------------------------------------------------- the math
+
+
+def test_update_normalisation_and_smoothing_match_a_hand_computation():
+    law = np.array([[0.2, -0.1], [0.4, 0.1]])
+    # Aioli: shift by the minimum (-0.1) to [[0.3, 0], [0.5, 0.2]], divide by the sum 1.0
+    np.testing.assert_allclose(normalise_law(law), [[0.3, 0.0], [0.5, 0.2]])
+    np.testing.assert_array_equal(normalise_law(np.zeros((2, 2))), np.zeros((2, 2)))
+    previous = np.array([[0.1, 0.1], [0.1, 0.7]])
+    np.testing.assert_allclose(smooth_law(previous, normalise_law(law), 0.5), [[0.2, 0.05], [0.3, 0.45]])
+    np.testing.assert_array_equal(smooth_law(None, law, 0.5), law)
+
+    p, prior, smoothed = np.array([0.6, 0.4]), np.array([0.7, 0.3]), np.array([[0.2, 0.05], [0.3, 0.45]])
+    # column sums 0.5, 0.5 (equal: no pull from the law); eta 1, anchor 0.25:
+    # logits = 0.75·(log p + 0.5) + 0.25·log prior
+    logits = 0.75 * (np.log([0.6, 0.4]) + 0.5) + 0.25 * np.log([0.7, 0.3])
+    expected = np.exp(logits) / np.exp(logits).sum()
+    np.testing.assert_allclose(law_step(p, prior, smoothed, eta=1.0, anchor=0.25), expected, rtol=1e-12)
+    # without the anchor it is Aioli's p ∝ p·exp(η Σ_i A_ij)
+    gains = np.array([[0.1, 0.3], [0.0, 0.2]]).sum(axis=0)
+    hand = np.array([0.6, 0.4]) * np.exp(2.0 * gains)
+    np.testing.assert_allclose(law_step(p, prior, np.array([[0.1, 0.3], [0.0, 0.2]]), 2.0, 0.0), hand / hand.sum())
+
+
+def test_the_anchor_bounds_how_far_a_constant_law_takes_p_from_the_prior():
+    prior = np.array([0.5, 0.3, 0.2])
+    law = normalise_law(np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]))
+    p = prior.copy()
+    for _ in range(200):
+        p = law_step(p, prior, law, eta=1.0, anchor=0.25)
+    # fixed point: prior · exp(η (1 − λ)/λ · Σ_i A_ij) = prior · exp(3 · (0, 0, 1)), normalised
+    fixed = prior * np.exp(3.0 * law.sum(axis=0))
+    np.testing.assert_allclose(p, fixed / fixed.sum(), rtol=1e-9)
+
+
+def test_probe_mixes_are_distributions_that_average_to_p():
+    p = np.array([0.5, 0.3, 0.2])
+    mixes = probe_mixes(p, 0.5)  # every p_l >= f/N: the base r is uniform
+    np.testing.assert_allclose(mixes[0], [0.5 + 0.5 * (2 / 3), 0.3 - 0.5 / 3, 0.2 - 0.5 / 3])
+    np.testing.assert_allclose(mixes.mean(axis=0), p, atol=1e-15)
+    np.testing.assert_allclose(mixes.sum(axis=1), 1.0)
+    # a corpus below f/N keeps what it has: water-filled base r = (0.45, 0.45, 0.1)
+    small = np.array([0.7, 0.25, 0.05])
+    np.testing.assert_allclose(probe_base(small, 0.5), [0.45, 0.45, 0.1])
+    mixes = probe_mixes(small, 0.5)
+    assert (mixes >= 0).all() and mixes[0, 2] == 0.0 and mixes[2, 2] == pytest.approx(0.5)
+    np.testing.assert_allclose(mixes.mean(axis=0), small + 0.5 * (np.full(3, 1 / 3) - [0.45, 0.45, 0.1]))
+
+
+def test_probe_order_is_seeded_and_palindromic():
+    order = probe_order(4, 3, np.random.default_rng([1, 2, 3]))
+    assert sorted(order[:4]) == [0, 1, 2, 3] and order[4:8] == order[:4][::-1] and order[8:] == order[:4]
+    assert order == probe_order(4, 3, np.random.default_rng([1, 2, 3]))
+
+
+def simulate(true_law, p, factor, order, window_steps, trend=None):
+    """Dev losses before and after each window under the linear law (plus a trend in time)."""
+    mixes = probe_mixes(p, factor)
+    losses = [np.array([5.0, 4.0, 3.0])]
+    for m, j in enumerate(order):
+        fall = window_steps * true_law @ mixes[j] + (0 if trend is None else trend * m)
+        losses.append(losses[-1] - fall)
+    return np.array(losses), mixes
+
+
+def test_the_fit_recovers_a_known_law_and_a_linear_trend_cannot_move_p():
+    rng = np.random.default_rng(0)
+    true_law = rng.normal(0.01, 0.02, size=(3, 3))
+    p = np.array([0.5, 0.3, 0.2])
+    order = probe_order(3, 2, rng)
+    losses, mixes = simulate(true_law, p, 0.5, order, window_steps=4)
+    np.testing.assert_allclose(fit_law(losses, order, mixes, 4), true_law, atol=1e-12)
+
+    # A dev loss that falls faster or slower as the phase goes on: palindromic sweeps give every corpus the same
+    # mean window position, so the fit is off by a constant per dev corpus, the same for every column.
+    trended, _ = simulate(true_law, p, 0.5, order, window_steps=4, trend=np.array([0.03, -0.02, 0.01]))
+    error = fit_law(trended, order, mixes, 4) - true_law
+    np.testing.assert_allclose(error - error[:, :1], 0.0, atol=1e-12)
+    assert np.abs(error).max() > 1e-3  # the trend is there, and cancels
+
+
+def test_mixing_law_state_runs_one_phase_and_moves_p_toward_the_corpus_that_helps():
+    settings = MixingLawSettings(window_steps=2, sweeps=2, ema=0.0, anchor=0.0)
+    law = MixingLaw([0.5, 0.3, 0.2], settings)
+    true_law = np.array([[0.01, 0.0, 0.05], [0.0, 0.01, 0.05], [0.0, 0.0, 0.05]])  # corpus 2 helps everyone
+    rng = np.random.default_rng(0)
+    assert not law.measures_at(3, 5) and law.measures_at(5, 5)
+    loss = np.array([5.0, 4.0, 3.0])
+    assert law.measured(5, loss, rng) is None
+    steps = 5
+    while True:
+        q = law.sampling_probabilities()
+        assert q.tolist() in probe_mixes(law.p, 0.5).tolist()  # the sampler draws with the window's probe mix
+        steps += settings.window_steps
+        assert law.measures_at(steps, 5)
+        loss = loss - settings.window_steps * true_law @ q
+        result = law.measured(steps, loss, rng)
+        if result is not None:
+            break
+    assert steps == 5 + settings.probe_steps(3)
+    np.testing.assert_allclose(result["law"], true_law, atol=1e-12)
+    assert law.phase is None and law.p[2] > 0.2 and law.p.sum() == pytest.approx(1)
+    np.testing.assert_array_equal(law.sampling_probabilities(), law.p)
+
+
+def test_distribution_state_round_trips_mid_phase_and_refuses_a_corrupt_p():
+    settings = MixingLawSettings(window_steps=1, sweeps=1)
+    distribution = CorpusDistribution.for_strategy("mixing-law", {"a": 50, "b": 30, "c": 20}, mixing_law=settings)
+    rng = np.random.default_rng(0)
+    assert distribution.law_measured([3.0, 2.0, 1.0], 5, rng, {"step": 5}) is None
+    assert distribution.law_measured([2.9, 2.0, 1.0], 6, rng, {"step": 6}) is None
+    assert distribution.version == 2 and not np.array_equal(distribution.probabilities, distribution.prior)
+    state = json.loads(json.dumps(distribution.state_dict()))
+    restored = CorpusDistribution.for_strategy("mixing-law", {"a": 50, "b": 30, "c": 20}, mixing_law=settings)
+    restored.load_state_dict(state)
+    assert restored.state_dict() == distribution.state_dict()
+    state["probabilities"] = distribution.law.p.tolist()  # not the probe mix of the window in progress
+    with pytest.raises(ValueError, match="mixing law samples"):
+        restored.load_state_dict(state)
+    other = CorpusDistribution.for_strategy("mixing-law", {"a": 50, "b": 30, "c": 20},
+                                            mixing_law=MixingLawSettings(window_steps=2, sweeps=1))
+    with pytest.raises(ValueError, match="same mixing_law_"):
+        other.load_state_dict(json.loads(json.dumps(distribution.state_dict())))
+
+
+# ---------------------------------------------------------------------------------------------- settings
+
+
+def test_mixing_law_knobs_are_refused_with_other_strategies_and_checked_with_it(tmp_path):
+    with pytest.raises(ValueError, match=r"mixing_law_eta=0.3 set\(s\) strategy 'mixing-law', but strategy is "
+                                         "'multiuat'"):
+        UATConfig(output_dir=str(tmp_path), strategy="multiuat", mixing_law_eta=0.3)
+    with pytest.raises(ValueError, match="mixing_law_sweeps=2 .* but strategy is 'proportional'"):
+        UATConfig(output_dir=str(tmp_path), mixing_law_sweeps=2)
+    with pytest.raises(ValueError, match=r"mixing_law_factor must be in \(0, 1\], got 0.0"):
+        UATConfig(output_dir=str(tmp_path), strategy="mixing-law", mixing_law_factor=0.0)
+    config = UATConfig(output_dir=str(tmp_path), strategy="mixing-law", mixing_law_ema=0.1, scorer_prior_temperature=2)
+    assert config.is_dynamic and config.mixing_law_settings() == MixingLawSettings(ema=0.1)
+    distribution = config.corpus_distribution({"a": 90, "b": 10})
+    assert distribution.law is not None and distribution.scorer is None
+    np.testing.assert_allclose(distribution.prior, [0.75, 0.25])  # τ = 2: 3:1
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+class RecordingTrainer(UATTrainer):
+    """Remembers every batch it trains on."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self.trained_batches = getattr(self, "trained_batches", [])
+        self.trained_batches.append(inputs["input_ids"].tolist())
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
+def run(corpora, tokenizer, output, resume=None, max_steps=19, **overrides):
+    torch.manual_seed(0)
+    model = build_model("tiny", tokenizer)
+    settings = dict(
+        output_dir=str(output), strategy="mixing-law", mixing_law_window_steps=2, mixing_law_sweeps=1,
+        update_every=9, max_steps=max_steps, max_tokens=300, learning_rate=2e-3, warmup_steps=2, dev_batch_tokens=200,
+        save_strategy="steps", save_steps=10, report_to=[], use_cpu=True, seed=7, disable_tqdm=True,
+        logging_steps=100, mix_corpora=True,
+    )
+    settings.update(overrides)
+    trainer = RecordingTrainer(model, UATConfig(**settings), train_corpora=corpora["train"],
+                               dev_corpora=corpora["dev"], processing_class=tokenizer)
+    trainer.train(resume_from_checkpoint=resume)
+    history = [json.loads(line) for line in (output / HISTORY_FILE).read_text().splitlines()]
+    return trainer, history
+
+
+def test_a_run_killed_inside_a_probe_window_resumes_exactly(tmp_path, corpora, tokenizer):
+    full, full_history = run(corpora, tokenizer, tmp_path / "full")
+    # 4 corpora × 1 sweep × 2 steps: the probe windows measure at 9, 11, 13, 15, 17 and the law updates at 17.
+    assert [h["step"] for h in full_history] == [17]
+    record = full_history[0]
+    assert record["probe_start"] == 9 and sorted(record["probe_order"]) == [0, 1, 2, 3]
+    assert len(record["probe_losses"]) == 5 and np.array(record["law"]).shape == (4, 4)
+    assert record["measure"] == "dev-loss" and set(record["rewards"]) == set(record["probabilities"])
+    assert record["probabilities"] != dict(zip(full.corpus_distribution.names, full.corpus_distribution.prior))
+    saved = json.loads((tmp_path / "full" / "checkpoint-10" / STATE_FILE).read_text())
+    phase = saved["distribution"]["law"]["phase"]
+    assert phase["start"] == 9 and len(phase["losses"]) == 1  # step 10: inside the first window (steps 10-11)
+
+    partial_dir = tmp_path / "partial"
+    shutil.copytree(tmp_path / "full" / "checkpoint-10", partial_dir / "checkpoint-10")
+    resumed, resumed_history = run(corpora, tokenizer, partial_dir, resume=True)
+
+    assert resumed.trained_batches == full.trained_batches[10:]
+    drop = [{k: v for k, v in h.items() if k != "seconds"} for h in full_history]
+    assert [{k: v for k, v in h.items() if k != "seconds"} for h in resumed_history] == drop
+    resumed_state, full_state = resumed.corpus_distribution.state_dict(), full.corpus_distribution.state_dict()
+    for state in (resumed_state, full_state):
+        state["history"] = [{k: v for k, v in record.items() if k != "seconds"} for record in state["history"]]
+    assert resumed_state == full_state
+    assert resumed.corpus_sampler.state_dict() == full.corpus_sampler.state_dict()
+    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+
+    written = plot_run(tmp_path / "full")
+    assert [path.name for path in written][-1] == "mixing_law.png" and written[-1].stat().st_size > 0
+
+
+def test_probe_windows_longer_than_update_every_are_refused_before_training(tmp_path, corpora, tokenizer):
+    with pytest.raises(ValueError, match=r"probe windows take 8 steps per update .* update_every=8"):
+        run(corpora, tokenizer, tmp_path / "x", update_every=8)

@@ -1,0 +1,239 @@
+"""Online mixing-law balancing (after Aioli, Chen et al., ICLR 2025): the math and its state, NumPy only.
+
+The law: training one step on the mix q lowers the dev loss of corpus i by ``Σ_j A_ij q_j``, so the average
+dev loss falls fastest when p favours the corpora j with the largest column sum ``Σ_i A_ij``. Every
+``update_every`` steps the strategy estimates A from the run itself: a few short *probe windows*, each
+favouring one corpus j, with every corpus's dev loss measured before and after each window.
+
+Where this differs from Aioli's ``trainer/aioli_trainer.py`` (the study found that moving p toward uniform
+hurts at this scale, and that the proportional prior is the best static mix):
+
+* **Probes centred on p, averaging to p.** Aioli's window j samples ``f`` from j and ``(1 - f)/(N - 1)`` from
+  every other corpus: on average uniform. Here window j samples ``q_j = p + f·(e_j − r)``; with ``r`` uniform
+  the windows of a sweep average exactly p, so probing does not shift the mix the model trains on. A corpus
+  too small to give ``f/N`` (``p_l < f/N``) keeps what it has (``r`` is water-filled under ``f·r ≤ p``); the
+  average then departs from p by ``f·(1/N − r)``, only on those corpora and their complement.
+* **Palindromic sweeps.** The sweeps go through the corpora in a seeded random order, then in the reverse
+  order, and so on: a dev loss that falls steadily over the probe phase (a linear trend) gives every corpus
+  the same mean window position, so it adds the same amount to every column of A and leaves p unchanged.
+* **A prior anchor.** ``log p ← (1 − λ)·(log p + η·Σ_i Â_i·) + λ·log prior``: with a constant law p settles at
+  ``prior · exp(η (1 − λ)/λ · Σ_i Â_i·)`` (normalised), so it leaves the prior only as far as the law says it
+  pays, and noise in A cannot walk it away.
+
+A is fitted (the linear solve of Aioli), normalised (Aioli: shifted to a minimum of 0 when negative, then
+divided by its sum, which makes η scale-free) and smoothed (EMA, as Aioli's ``ema``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "MixingLaw",
+    "MixingLawSettings",
+    "ProbePhase",
+    "fit_law",
+    "law_step",
+    "normalise_law",
+    "probe_base",
+    "probe_mixes",
+    "probe_order",
+    "smooth_law",
+]
+
+
+@dataclass(frozen=True)
+class MixingLawSettings:
+    """The knobs of strategy ``mixing-law`` (``UATConfig.mixing_law_*``); see docs/mixing_law.md."""
+
+    window_steps: int = 3  #: training steps per probe window (Aioli's lp_steps: 6)
+    sweeps: int = 2  #: passes over the corpora per update, alternately forward and reversed (Aioli's lp_rounds: 4)
+    factor: float = 0.5  #: f, the share a window moves to its corpus (Aioli's one_hot_factor: 0.5)
+    eta: float = 1.0  #: η, the step of the exponentiated-gradient update (Aioli's full-scale scripts: 1)
+    ema: float = 0.5  #: weight of the previous smoothed A (Aioli's ema: 0.5 / 0.1); 0 keeps only the newest
+    anchor: float = 0.25  #: λ, pull of log p toward log prior per update (0: none, as Aioli)
+
+    def __post_init__(self) -> None:
+        for name in ("window_steps", "sweeps"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"mixing_law_{name} must be >= 1, got {getattr(self, name)}.")
+        if not 0 < self.factor <= 1:
+            raise ValueError(f"mixing_law_factor must be in (0, 1], got {self.factor}.")
+        if not self.eta >= 0:
+            raise ValueError(f"mixing_law_eta must be >= 0, got {self.eta}.")
+        for name in ("ema", "anchor"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"mixing_law_{name} must be in [0, 1), got {getattr(self, name)}.")
+
+    def windows(self, num_corpora: int) -> int:
+        return self.sweeps * num_corpora
+
+    def probe_steps(self, num_corpora: int) -> int:
+        """Training steps of one probe phase (they count in max_steps and train the model)."""
+        return self.windows(num_corpora) * self.window_steps
+
+
+def probe_base(p: np.ndarray, factor: float) -> np.ndarray:
+    """r, the mix a probe window takes its share ``f`` from: as close to uniform as ``f·r ≤ p`` allows
+    (water-filling), so that every probe mix is a distribution and the windows of a sweep average to p when
+    every ``p_l ≥ f/N``."""
+    p = np.asarray(p, dtype=np.float64)
+    caps = p / factor
+    r = np.zeros_like(p)
+    free = np.ones(len(p), dtype=bool)
+    left = 1.0
+    while free.any():
+        level = left / free.sum()
+        capped = free & (caps <= level)
+        if not capped.any():
+            r[free] = level
+            break
+        r[capped] = caps[capped]
+        left -= caps[capped].sum()
+        free &= ~capped
+    return r
+
+
+def probe_mixes(p: np.ndarray, factor: float) -> np.ndarray:
+    """Q, row j the mix of a window favouring corpus j: ``p + f·(e_j − r)``."""
+    p = np.asarray(p, dtype=np.float64)
+    mixes = p - factor * probe_base(p, factor) + factor * np.eye(len(p))
+    mixes = np.clip(mixes, 0.0, None)  # round-off only: f·r ≤ p by construction
+    return mixes / mixes.sum(axis=1, keepdims=True)
+
+
+def probe_order(num_corpora: int, sweeps: int, rng: np.random.Generator) -> list[int]:
+    """The corpus each window favours: a random permutation, then its reverse, alternately (palindromic)."""
+    forward = rng.permutation(num_corpora).tolist()
+    return [j for sweep in range(sweeps) for j in (forward if sweep % 2 == 0 else forward[::-1])]
+
+
+def fit_law(losses: np.ndarray, order: Sequence[int], mixes: np.ndarray, window_steps: int) -> np.ndarray:
+    """A [dev corpus i, train corpus j]: the fall of dev loss i per step of training on corpus j.
+
+    ``losses[m]`` are the dev losses before window m (row ``len(order)``: after the last). The falls of the
+    windows favouring j are averaged into ``D[:, j]``; the linear law says ``D = A Qᵀ`` (Q: ``mixes``), so
+    ``A = D Q⁻ᵀ`` (Aioli's per-row ``solve``).
+    """
+    losses = np.asarray(losses, dtype=np.float64)
+    order = np.asarray(order, dtype=np.int64)
+    falls = (losses[:-1] - losses[1:]) / window_steps  # [windows, dev corpora]
+    n = mixes.shape[0]
+    counts = np.bincount(order, minlength=n)
+    if (counts == 0).any():
+        raise ValueError(f"Every corpus needs a probe window; windows per corpus: {counts.tolist()}.")
+    means = np.zeros((n, losses.shape[1]))
+    np.add.at(means, order, falls)
+    means /= counts[:, None]  # [train j, dev i]
+    return np.linalg.solve(mixes, means).T
+
+
+def normalise_law(law: np.ndarray) -> np.ndarray:
+    """Aioli's normalisation: shifted up to a minimum of 0 when an entry is negative, then divided by the sum
+    (all zeros stay zeros). A common shift moves every column sum equally, so only the scale matters to p."""
+    law = np.asarray(law, dtype=np.float64)
+    shifted = law - min(float(law.min()), 0.0)
+    total = shifted.sum()
+    return shifted / total if total > 0 else np.zeros_like(shifted)
+
+
+def smooth_law(previous: np.ndarray | None, law: np.ndarray, ema: float) -> np.ndarray:
+    """EMA of the normalised laws: ``ema·previous + (1 − ema)·law`` (the first law as it is)."""
+    return law.copy() if previous is None else ema * previous + (1.0 - ema) * law
+
+
+def law_step(p: np.ndarray, prior: np.ndarray, law: np.ndarray, eta: float, anchor: float) -> np.ndarray:
+    """The update: ``log p ← (1 − λ)(log p + η Σ_i A_ij) + λ log prior``, normalised (p, prior > 0)."""
+    logits = (1.0 - anchor) * (np.log(p) + eta * law.sum(axis=0)) + anchor * np.log(prior)
+    logits -= logits.max()
+    new = np.exp(logits)
+    return new / new.sum()
+
+
+@dataclass
+class ProbePhase:
+    """One update's probe windows in progress: where they started, their order, the dev losses so far.
+
+    Window m trains steps ``start + m·L + 1 … start + (m + 1)·L``; the dev losses are measured at the steps
+    ``start + m·L``, m = 0 … windows. Saved in every checkpoint, so a run killed inside a window resumes it.
+    """
+
+    start: int
+    order: list[int]
+    losses: list[list[float]] = field(default_factory=list)
+
+    def next_measurement(self, window_steps: int) -> int:
+        return self.start + len(self.losses) * window_steps
+
+    @property
+    def window(self) -> int | None:
+        """The window now training (None before the first measurement and after the last)."""
+        m = len(self.losses) - 1
+        return m if 0 <= m < len(self.order) else None
+
+
+class MixingLaw:
+    """The state of strategy ``mixing-law``: the law's p, its prior, the smoothed A and the probe phase."""
+
+    def __init__(self, prior: Sequence[float], settings: MixingLawSettings | None = None) -> None:
+        self.settings = settings or MixingLawSettings()
+        self.prior = np.asarray(prior, dtype=np.float64)
+        if (self.prior <= 0).any():
+            raise ValueError(f"Strategy 'mixing-law' needs a prior > 0 for every corpus, got {self.prior.tolist()}.")
+        self.p = self.prior.copy()
+        self.smoothed: np.ndarray | None = None
+        self.phase: ProbePhase | None = None
+
+    @property
+    def num_corpora(self) -> int:
+        return len(self.prior)
+
+    def sampling_probabilities(self) -> np.ndarray:
+        """What the sampler draws with now: the current window's probe mix, else p."""
+        window = self.phase.window if self.phase is not None else None
+        if window is None:
+            return self.p.copy()
+        return probe_mixes(self.p, self.settings.factor)[self.phase.order[window]]
+
+    def measures_at(self, step: int, update_every: int) -> bool:
+        if self.phase is not None:
+            return step == self.phase.next_measurement(self.settings.window_steps)
+        return step > 0 and step % update_every == 0
+
+    def measured(self, step: int, losses: np.ndarray, rng: np.random.Generator) -> dict[str, Any] | None:
+        """Take the dev losses measured at ``step``: the first starts a probe phase (its window order drawn
+        from ``rng``), the last ends it. Returns the fitted law when a phase ended, else ``None``. Non-finite
+        losses end the phase at once with ``{"skipped": reason}`` (p stays)."""
+        losses = np.asarray(losses, dtype=np.float64)
+        if not np.isfinite(losses).all():
+            self.phase = None
+            return {"skipped": f"non-finite dev losses {losses.tolist()}"}
+        if self.phase is None:
+            self.phase = ProbePhase(int(step), probe_order(self.num_corpora, self.settings.sweeps, rng))
+        self.phase.losses.append(losses.tolist())
+        if len(self.phase.losses) <= len(self.phase.order):
+            return None
+        phase, self.phase = self.phase, None
+        mixes = probe_mixes(self.p, self.settings.factor)
+        law = fit_law(np.asarray(phase.losses), phase.order, mixes, self.settings.window_steps)
+        self.smoothed = smooth_law(self.smoothed, normalise_law(law), self.settings.ema)
+        self.p = law_step(self.p, self.prior, self.smoothed, self.settings.eta, self.settings.anchor)
+        return {"law": law.tolist(), "law_smoothed": self.smoothed.tolist(), "probe_order": phase.order,
+                "probe_mixes": mixes.tolist(), "probe_losses": phase.losses, "probe_start": phase.start}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"settings": asdict(self.settings), "p": self.p.tolist(),
+                "smoothed": None if self.smoothed is None else self.smoothed.tolist(),
+                "phase": None if self.phase is None else asdict(self.phase)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if MixingLawSettings(**state["settings"]) != self.settings:
+            raise ValueError(f"The checkpoint's mixing-law settings are {state['settings']}, this run's "
+                             f"{asdict(self.settings)}; resume with the same mixing_law_* settings.")
+        self.p = np.asarray(state["p"], dtype=np.float64)
+        self.smoothed = None if state["smoothed"] is None else np.asarray(state["smoothed"], dtype=np.float64)
+        self.phase = None if state["phase"] is None else ProbePhase(**state["phase"])
