@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from uat_hf.callback import HISTORY_FILE, STATE_FILE
+from uat_hf.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE
 from uat_hf.distribution import CorpusDistribution
 from uat_hf.mixing_law import (
     MixingLaw,
@@ -208,7 +208,7 @@ def test_a_run_killed_inside_a_probe_window_resumes_exactly(tmp_path, corpora, t
     assert len(record["probe_losses"]) == 5 and np.array(record["law"]).shape == (4, 4)
     assert record["measure"] == "dev-loss" and set(record["rewards"]) == set(record["probabilities"])
     assert record["probabilities"] != dict(zip(full.corpus_distribution.names, full.corpus_distribution.prior))
-    saved = json.loads((tmp_path / "full" / "checkpoint-10" / STATE_FILE).read_text())
+    saved = json.loads((tmp_path / "full" / "checkpoint-10" / BALANCING_STATE_FILE).read_text())
     phase = saved["distribution"]["law"]["phase"]
     assert phase["start"] == 9 and len(phase["losses"]) == 1  # step 10: inside the first window (steps 10-11)
 
@@ -219,10 +219,8 @@ def test_a_run_killed_inside_a_probe_window_resumes_exactly(tmp_path, corpora, t
     assert resumed.trained_batches == full.trained_batches[10:]
     drop = [{k: v for k, v in h.items() if k != "seconds"} for h in full_history]
     assert [{k: v for k, v in h.items() if k != "seconds"} for h in resumed_history] == drop
-    resumed_state, full_state = resumed.corpus_distribution.state_dict(), full.corpus_distribution.state_dict()
-    for state in (resumed_state, full_state):
-        state["history"] = [{k: v for k, v in record.items() if k != "seconds"} for record in state["history"]]
-    assert resumed_state == full_state
+    assert resumed.corpus_distribution.state_dict() == full.corpus_distribution.state_dict()
+    assert [{k: v for k, v in h.items() if k != "seconds"} for h in resumed.corpus_distribution.history] == drop
     assert resumed.corpus_sampler.state_dict() == full.corpus_sampler.state_dict()
     for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)

@@ -245,9 +245,11 @@ class HistoryFile:
                 f"holds {len(records)} complete records of them. Put back that run's {HISTORY_FILE} (it lies in "
                 "the output_dir the checkpoint was saved in), or start a new run."
             )
-        if self.writes:
+        if self.writes and records:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             _write_text_atomically(self.path, "".join(json.dumps(record) + "\n" for record in records))
+        elif self.writes and os.path.exists(self.path):
+            os.remove(self.path)  # no record yet: no file (a static strategy never has one, as before)
         return records
 
 
