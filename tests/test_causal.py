@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from transformers import DataCollatorForSeq2Seq, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from conftest import multidomain_specs
-from uat_hf.causal_data import CausalPrompt, prompt_lengths
+from uat_hf.causal_data import CausalPrompt
+from uat_hf.causal_eval import prompt_lengths
 from uat_hf.causal_model import is_causal_lm
 from uat_hf.corpora import load_corpora
 from uat_hf.gradient_cosine import GradientCosineReward, _token_loss_sum

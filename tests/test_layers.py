@@ -16,15 +16,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "uat_hf"
 
 #: Bottom to top.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"names", "hub_errors", "adam", "checkpoints", "columns", "metrics"}),
-    ("math", {"priors", "measures", "scorer"}),
+    ("leaves", {"names", "measure_names", "hub_errors", "adam", "checkpoints", "columns", "metrics"}),
+    ("math", {"priors", "measures", "scorer", "mixing_law"}),
     ("distribution", {"distribution"}),
     ("sampler", {"packing", "sampler"}),
-    ("rewards", {"rewards", "uncertainty", "gradient_cosine"}),
+    ("rewards", {"causal_model", "language_codes", "rewards", "uncertainty", "gradient_cosine", "dev_loss"}),
     ("callback", {"callback"}),
-    ("trainer", {"uat_config", "balancing", "uat_trainer"}),
-    ("data and recipes", {"corpus_files", "corpus_formats", "corpus_specs", "language_codes", "preprocessing",
-                          "corpora", "tokenization", "presets", "model_card", "recipe", "plotting", "evaluation"}),
+    ("trainer", {"balancing_arguments", "uat_config", "throughput", "balancing", "corpus_evaluation", "causal_eval",
+                 "uat_trainer"}),
+    ("data and recipes", {"corpus_files", "corpus_formats", "corpus_specs", "preprocessing", "corpora", "causal_data",
+                          "tokenization", "causal_models", "presets", "model_card", "recipe", "plotting",
+                          "evaluation"}),
     ("command line", {"cli"}),
 ]
 #: Lines a module of one job may have (with some slack over the aim of ~400).

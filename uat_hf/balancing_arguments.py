@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .distribution import STRATEGIES
+from .measure_names import MEASURES, RELEASED_CODE_MEASURES
 from .mixing_law import MixingLawSettings
 
 __all__ = [
@@ -22,10 +23,6 @@ __all__ = [
     "BalancingArguments",
 ]
 
-#: The paper's six measures, under the names used throughout the library (computed in :mod:`uat_hf.measures`).
-MEASURES: tuple[str, ...] = ("pretp", "exptp", "vartp", "comev", "entsent", "enteos")
-#: Per-sentence variants as computed by the authors' released fairseq code (see :mod:`uat_hf.measures`).
-RELEASED_CODE_MEASURES: tuple[str, ...] = ("exptp_geometric", "vartp_log", "comev_log")
 MC_BATCH_MODES = ("auto", "loop", "replicate")
 #: ``strategy: multiuat-<measure>`` is the one-word spelling of ``strategy: multiuat, measure: <measure>``.
 MULTIUAT_PREFIX = "multiuat-"

@@ -14,7 +14,7 @@ The example's columns are those of a seq2seq corpus (:mod:`uat_hf.preprocessing`
 token-budget batching (an example's size is ``len(input_ids)``: prompt + completion), the collators and the
 rewards read it unchanged: ``input_ids`` (prompt + completion), ``attention_mask``, ``labels`` (same length,
 -100 on the prompt) and ``target_text``. The prompt is the prefix whose labels are -100
-(:func:`prompt_lengths`); nothing else needs storing.
+(:func:`~uat_hf.causal_eval.prompt_lengths`); nothing else needs storing.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .corpus_specs import CorpusSpec
 from .measures import IGNORE_INDEX
 
 __all__ = [
-    "DEFAULT_TEMPLATE", "LANGUAGE_NAMES", "PROMPT_FILE", "CausalPrompt", "prompt_lengths", "tokenize_causal_corpus",
+    "DEFAULT_TEMPLATE", "LANGUAGE_NAMES", "PROMPT_FILE", "CausalPrompt", "tokenize_causal_corpus",
 ]
 
 #: The plain prompt: the languages in words, the source, a newline after which the translation follows.
@@ -145,13 +145,6 @@ def tokenize_causal_corpus(
     )
 
 
-def prompt_lengths(labels: list[list[int]], ignore_index: int = IGNORE_INDEX) -> list[int]:
-    """Length of each example's prompt: the leading positions whose label is ``ignore_index``."""
-    lengths = []
-    for row in labels:
-        length = next((i for i, label in enumerate(row) if label != ignore_index), len(row))
-        lengths.append(length)
-    return lengths
 
 
 def _check_template(template: str) -> None:

@@ -4,7 +4,7 @@
 causal LM it uses these pieces so that the Trainer's own distributed generation loop still runs it:
 
 * :func:`prompt_only` — each example cut to its prompt (the prefix whose labels are -100,
-  :func:`~uat_hf.causal_data.prompt_lengths`): the model must not see the reference it is to produce.
+  :func:`prompt_lengths`): the model must not see the reference it is to produce.
 * :func:`left_padding` — prompts padded on the left while generating, so that every row's continuation
   starts in the same column (right padding would put pad tokens between a short prompt and its answer).
 * :func:`continuation` — the generated ids after that column.
@@ -21,9 +21,18 @@ import datasets
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .causal_data import prompt_lengths
+from .measures import IGNORE_INDEX
 
 __all__ = ["continuation", "first_line", "left_padding", "prompt_only"]
+
+
+def prompt_lengths(labels: list[list[int]], ignore_index: int = IGNORE_INDEX) -> list[int]:
+    """Length of each example's prompt: the leading positions whose label is ``ignore_index``."""
+    lengths = []
+    for row in labels:
+        length = next((i for i, label in enumerate(row) if label != ignore_index), len(row))
+        lengths.append(length)
+    return lengths
 
 
 def prompt_only(dataset: datasets.Dataset) -> datasets.Dataset:

@@ -5,7 +5,7 @@ A leaf: it imports nothing, so every layer may use it.
 
 from __future__ import annotations
 
-__all__ = ["MODEL_COLUMNS", "REFERENCE_COLUMN", "TOKEN_COLUMNS", "model_columns"]
+__all__ = ["IGNORE_INDEX", "MODEL_COLUMNS", "REFERENCE_COLUMN", "TOKEN_COLUMNS", "model_columns"]
 
 #: Source and target token ids: what every tokenized corpus has, and what an example's size is counted over.
 TOKEN_COLUMNS = ("input_ids", "labels")
@@ -13,6 +13,8 @@ TOKEN_COLUMNS = ("input_ids", "labels")
 MODEL_COLUMNS = ("input_ids", "attention_mask", "labels")
 #: The raw reference translation kept beside the ids, for BLEU and chrF on detokenized text.
 REFERENCE_COLUMN = "target_text"
+#: The label of a position nobody scores (padding, prompts): the value PyTorch's cross-entropy ignores.
+IGNORE_INDEX = -100
 
 
 def model_columns(dataset):

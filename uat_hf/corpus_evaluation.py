@@ -23,11 +23,13 @@ from typing import Any
 import numpy as np
 from datasets import Dataset, concatenate_datasets
 from transformers import EvalPrediction
+from transformers.trainer_utils import PredictionOutput
 
 from .columns import MODEL_COLUMNS, REFERENCE_COLUMN
 from .metrics import detokenize, macro_average, translation_scores
+from .packing import example_lengths, longest_first
 
-__all__ = ["CorpusEvaluation", "corpus_references"]
+__all__ = ["CorpusEvaluation", "corpus_references", "in_original_order", "longest_source_first_order"]
 
 
 def corpus_references(dataset: Dataset, tokenizer: Any, name: str | None = None) -> list[str]:
@@ -86,3 +88,27 @@ class CorpusEvaluation:
         metrics = {f"{name}_{key}": value for name, scores in per_corpus.items() for key, value in scores.items()}
         metrics.update(mean_bleu=macro_average(per_corpus, "bleu"), mean_chrf=macro_average(per_corpus, "chrf"))
         return metrics
+
+
+def longest_source_first_order(dataset: Dataset) -> list[int]:
+    """:func:`~uat_hf.packing.longest_first` order of source length (a generation batch decodes until its
+    longest sentence ends). Corpus-level BLEU and chrF do not depend on the order."""
+    if "input_ids" not in dataset.column_names:
+        return list(range(len(dataset)))
+    return [int(i) for i in longest_first(example_lengths(dataset, columns=("input_ids",)))]
+
+
+def in_original_order(output: PredictionOutput, order: list[int]) -> PredictionOutput:
+    """``output`` of the rows ``order`` of a dataset, put back in the dataset's own row order."""
+    inverse = np.empty(len(order), dtype=np.int64)
+    inverse[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+
+    def restore(array: Any) -> Any:
+        if isinstance(array, tuple):
+            return tuple(restore(a) for a in array)
+        # A gather over several processes pads the end with repeats: cut them before restoring the order.
+        if isinstance(array, np.ndarray) and len(array) >= len(order):
+            return array[: len(order)][inverse]
+        return array
+
+    return PredictionOutput(restore(output.predictions), restore(output.label_ids), output.metrics)

@@ -31,15 +31,23 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from transformers import PreTrainedTokenizerBase
 
 from .checkpoints import write_json_atomically
-from .corpus_specs import CorpusSpec
-from .measures import IGNORE_INDEX
+from .columns import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
+
+
+class LanguagePair(Protocol):
+    """What the codes are read from: a :class:`~uat_hf.corpus_specs.CorpusSpec`, or anything named with a
+    language pair (this module sits below the data layer, which imports it)."""
+
+    name: str
+    source_lang: str
+    target_lang: str
 
 __all__ = [
     "CODE_SCHEMES",
@@ -101,7 +109,7 @@ class CorpusLanguageCodes:
 
 
 def corpus_language_codes(
-    specs: Sequence[CorpusSpec], scheme: str, overrides: Mapping[str, str] | None = None
+    specs: Sequence[LanguagePair], scheme: str, overrides: Mapping[str, str] | None = None
 ) -> dict[str, CorpusLanguageCodes]:
     """Corpus name → its source and target code in ``scheme`` (one of :data:`CODE_SCHEMES`).
 
@@ -120,7 +128,7 @@ def corpus_language_codes(
             for spec in specs}
 
 
-def _code(spec: CorpusSpec, field: str, scheme: str, overrides: Mapping[str, str]) -> str:
+def _code(spec: LanguagePair, field: str, scheme: str, overrides: Mapping[str, str]) -> str:
     language = getattr(spec, field)
     if _CODE_FORMS[scheme].match(language):
         return language

@@ -47,7 +47,8 @@ import torch
 from torch import Tensor
 
 # The names are declared with the recipe fields (pure Python, so that ``uat-train --help`` needs no torch).
-from .balancing_arguments import MEASURES, RELEASED_CODE_MEASURES
+from .columns import IGNORE_INDEX
+from .measure_names import MEASURES, RELEASED_CODE_MEASURES
 
 __all__ = [
     "MEASURES",
@@ -65,10 +66,6 @@ ALL_MEASURES: tuple[str, ...] = MEASURES + RELEASED_CODE_MEASURES
 
 _ENTROPY_MEASURES = frozenset({"entsent", "enteos"})
 _EOS_MEASURES = frozenset({"enteos"})
-
-#: Label value of a position that is no target token: what Hugging Face collators (``DataCollatorForSeq2Seq``)
-#: pad labels with, and the ``ignore_index`` of PyTorch's cross-entropy.
-IGNORE_INDEX = -100
 
 
 def _check_measure(measure: str) -> str:

@@ -3,7 +3,7 @@
 A recipe is a flat mapping of the fields of :class:`~uat_hf.uat_config.UATConfig` (training and
 balancing), :class:`~uat_hf.cli.arguments.DataArguments` (corpora, cleaning, evaluation),
 :class:`~uat_hf.cli.arguments.ModelArguments` (model and tokenizer) and
-:class:`~uat_hf.cli.arguments.RunArguments` (a wall-clock budget)::
+:class:`~uat_hf.cli.run_arguments.RunArguments` (a wall-clock budget)::
 
     strategy: multiuat
     measure: enteos

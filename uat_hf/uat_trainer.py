@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from datasets import Dataset
 from torch.utils.data import DataLoader
@@ -44,12 +43,11 @@ from .checkpoints import (
     resolve_resume_checkpoint,
 )
 from .columns import REFERENCE_COLUMN
-from .corpus_evaluation import corpus_references
+from .corpus_evaluation import corpus_references, in_original_order, longest_source_first_order
 from .distribution import CorpusDistribution
 from .language_codes import labels_generation_kwargs, places_language_codes, save_generation_kwargs
 from .measures import IGNORE_INDEX
 from .metrics import detokenize, macro_average, translation_scores
-from .packing import example_lengths, longest_first
 from .rewards import require_supported_model
 from .throughput import TrainedCount
 from .uat_config import UATConfig
@@ -300,10 +298,10 @@ class UATTrainer(Seq2SeqTrainer):
         if causal:  # generate after the prompt only, left-padded; max_length would count the prompt
             dataset = prompt_only(dataset)
             gen_kwargs = {"max_new_tokens": self.args.generation_max_length or 256, **gen_kwargs}
-        order = _longest_source_first_order(dataset)
+        order = longest_source_first_order(dataset)
         with left_padding(self.processing_class) if causal else contextlib.nullcontext():
             output = super().predict(dataset.select(order), ignore_keys, metric_key_prefix, **gen_kwargs)
-        output = _in_original_order(output, order)
+        output = in_original_order(output, order)
         hypotheses = detokenize(self.processing_class, output.predictions)[: len(dataset)]
         if causal:
             hypotheses = [first_line(text) for text in hypotheses]
@@ -392,26 +390,3 @@ class UATTrainer(Seq2SeqTrainer):
         return {f"{prefix}_mean_bleu": macro_average(per_corpus, "bleu"),
                 f"{prefix}_mean_chrf": macro_average(per_corpus, "chrf")}
 
-
-def _longest_source_first_order(dataset: Dataset) -> list[int]:
-    """:func:`~uat_hf.packing.longest_first` order of source length (a generation batch decodes until its
-    longest sentence ends). Corpus-level BLEU and chrF do not depend on the order."""
-    if "input_ids" not in dataset.column_names:
-        return list(range(len(dataset)))
-    return [int(i) for i in longest_first(example_lengths(dataset, columns=("input_ids",)))]
-
-
-def _in_original_order(output: PredictionOutput, order: list[int]) -> PredictionOutput:
-    """``output`` of the rows ``order`` of a dataset, put back in the dataset's own row order."""
-    inverse = np.empty(len(order), dtype=np.int64)
-    inverse[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
-
-    def restore(array: Any) -> Any:
-        if isinstance(array, tuple):
-            return tuple(restore(a) for a in array)
-        # A gather over several processes pads the end with repeats: cut them before restoring the order.
-        if isinstance(array, np.ndarray) and len(array) >= len(order):
-            return array[: len(order)][inverse]
-        return array
-
-    return PredictionOutput(restore(output.predictions), restore(output.label_ids), output.metrics)

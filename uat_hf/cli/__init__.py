@@ -8,8 +8,9 @@ and the same field name for the same concept (``corpus_dir``, ``source_lang``, `
 Nothing here imports torch until a tool runs.
 """
 
-from .arguments import DataArguments, ModelArguments, RunArguments
+from .arguments import DataArguments, ModelArguments
 from .parsing import UATParser, make_parser, recipe_to_dataclasses
+from .run_arguments import RunArguments
 from .tool_arguments import EvaluateArguments, PlotArguments
 
 __all__ = [

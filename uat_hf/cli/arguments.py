@@ -2,7 +2,8 @@
 
 ``uat-train`` parses these dataclasses with ``HfArgumentParser`` (see :mod:`uat_hf.cli.parsing`):
 ``UATConfig`` (training + balancing), :class:`DataArguments` (which corpora, how they are cleaned, what is
-evaluated), :class:`ModelArguments` (model preset or checkpoint, tokenizer) and :class:`RunArguments`. A
+evaluated), :class:`ModelArguments` (model preset or checkpoint, tokenizer) and
+:class:`~uat_hf.cli.run_arguments.RunArguments`. A
 recipe (``recipe.yaml``) is one flat mapping of their fields; every field can also be given on the command
 line (``--field value``), which beats the recipe. ``uat-evaluate`` and ``uat-plot`` use the same names for
 the same concepts (:mod:`uat_hf.cli.tool_arguments`).
@@ -28,7 +29,6 @@ from ..presets import MODEL_PRESETS
 __all__ = [
     "DataArguments",
     "ModelArguments",
-    "RunArguments",
 ]
 
 EVAL_SPLITS = ("dev", "test")
@@ -401,34 +401,3 @@ class ModelArguments:
             if getattr(self, name) is not None:
                 overrides[name] = getattr(self, name)
         return overrides
-
-
-@dataclass
-class RunArguments:
-    """Run-level settings that are neither data nor model: a wall-clock budget and CPU threads (CPU demos)."""
-
-    _argument_group_name = "run (uat_hf.cli.RunArguments)"
-
-    max_train_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "Stop training after this many minutes of training time, counted across resumes (max_steps still "
-            "applies, whichever comes first). It only stops: the learning-rate schedule follows max_steps, so a run "
-            "cut short by the budget ends on a rate that has not fully decayed."
-        },
-    )
-
-    torch_num_threads: int | None = field(
-        default=None,
-        metadata={
-            "help": "CPU threads for PyTorch's intra-op parallelism (torch.set_num_threads). Default: PyTorch's "
-            "choice (all cores). On a CPU shared with other jobs, 1 thread is often several times faster than "
-            "competing for every core."
-        },
-    )
-
-    def __post_init__(self) -> None:
-        _check_positive(self, "torch_num_threads")
-        if self.max_train_minutes is not None and not self.max_train_minutes > 0:
-            raise ValueError(f"max_train_minutes must be > 0 (or unset), got {self.max_train_minutes!r}.")
-

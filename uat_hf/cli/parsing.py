@@ -150,7 +150,8 @@ class UATParser(HfArgumentParser):
 def argument_classes() -> tuple[type, ...]:
     """The dataclasses ``uat-train`` parses, in order: UATConfig, DataArguments, ModelArguments, RunArguments."""
     from ..uat_config import UATConfig  # imports torch: only when parsing for real
-    from .arguments import DataArguments, ModelArguments, RunArguments
+    from .arguments import DataArguments, ModelArguments
+    from .run_arguments import RunArguments
 
     return (UATConfig, DataArguments, ModelArguments, RunArguments)
 
@@ -175,7 +176,8 @@ def make_help_parser() -> UATParser:
     """``uat-train --help``: the balancing, data, model and run fields, without importing torch; one line points
     to ``--help-all`` for the ~150 fields UATConfig inherits from ``Seq2SeqTrainingArguments``."""
     from ..balancing_arguments import BalancingArguments
-    from .arguments import DataArguments, ModelArguments, RunArguments
+    from .arguments import DataArguments, ModelArguments
+    from .run_arguments import RunArguments
 
     return UATParser(
         (BalancingArguments, DataArguments, ModelArguments, RunArguments), **_TRAIN,

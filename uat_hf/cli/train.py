@@ -45,8 +45,9 @@ from ..checkpoints import (
     resolve_resume_checkpoint,
 )
 from ..recipe import Recipe
-from .arguments import DataArguments, ModelArguments, RunArguments
+from .arguments import DataArguments, ModelArguments
 from .parsing import exit_on_help, make_help_parser, make_parser, portable_paths
+from .run_arguments import RunArguments
 from .train_data import (
     InputError,
     build_specs,
