@@ -30,6 +30,8 @@ NOT_IMPORTED = {
     "setuptools": "builds the wheel in this file (pip wheel --no-build-isolation)",
     "ruff": "a linter, run as a command (`ruff check .` in .ci/run), never imported",
 }
+#: Imported by uat_hf only inside the function of an optional feature, and declared by that extra.
+OPTIONAL_IMPORTS = {"peft": "peft"}  # LoRA adapters for decoder-only models (uat_hf/causal_models.py)
 
 
 def canonical(name: str) -> str:
@@ -62,19 +64,27 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
         yield archive
 
 
-def requirements(wheel: zipfile.ZipFile) -> tuple[set[str], set[str]]:
-    """(install_requires, dev extra) as canonical distribution names, from the wheel's METADATA."""
+def requirements(wheel: zipfile.ZipFile, extra: str = "dev") -> tuple[set[str], set[str]]:
+    """(install_requires, the ``extra``) as canonical distribution names, from the wheel's METADATA."""
     (name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
     metadata = Parser().parsestr(wheel.read(name).decode())
-    base, dev = set(), set()
+    base, extras = set(), set()
     for line in metadata.get_all("Requires-Dist") or []:
         requirement, _, marker = line.partition(";")
         dist = canonical(re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement).group(1))
         if not marker.strip():
             base.add(dist)
-        elif re.search(r"""extra\s*==\s*["']dev["']""", marker):
-            dev.add(dist)
-    return base, dev
+        elif re.search(rf"""extra\s*==\s*["']{extra}["']""", marker):
+            extras.add(dist)
+    return base, extras
+
+
+def lazily_imported(path: Path, module: str) -> bool:
+    """Whether every import of ``module`` in ``path`` sits inside a function (so importing uat_hf never needs it)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return not any((node.module if isinstance(node, ast.ImportFrom) else node.names[0].name).split(".")[0] == module
+                   for node in top_level)
 
 
 def imported_modules(*roots: Path) -> dict[str, set[str]]:
@@ -122,6 +132,11 @@ def test_wheel_declares_the_console_scripts(wheel):
 def test_every_package_import_is_an_install_requirement(wheel):
     base, _ = requirements(wheel)
     modules = imported_modules(PACKAGE)
+    for module, extra in OPTIONAL_IMPORTS.items():
+        files = modules.pop(module, set())
+        assert module in requirements(wheel, extra)[1], f"{module} is imported by {files} but not in extra {extra!r}"
+        eager = sorted(f for f in files if not lazily_imported(ROOT / f, module))
+        assert not eager, f"{module} is optional (extra {extra!r}) but imported at module level by {eager}"
     undeclared = {
         module: sorted(files)
         for module, dists in distributions_of(modules).items()

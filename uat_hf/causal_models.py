@@ -90,9 +90,8 @@ def build_causal_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, *,
         tokenizer.pad_token = tokenizer.eos_token
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if lora:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(**{"task_type": "CAUSAL_LM", **lora}))
+        peft = _peft()
+        model = peft.get_peft_model(model, peft.LoraConfig(**{"task_type": "CAUSAL_LM", **lora}))
     if not is_causal_lm(model):
         raise ValueError(f"{name_or_path!r} loaded as {type(model).__name__}, which is not a causal LM uat_hf "
                          "supports.")
@@ -102,9 +101,16 @@ def build_causal_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, *,
 def load_causal_model(path: str):
     """A saved causal LM, or a saved LoRA adapter loaded with its base model and merged (for evaluation)."""
     if (Path(path) / _ADAPTER_CONFIG).is_file():
-        from peft import AutoPeftModelForCausalLM
-
-        return AutoPeftModelForCausalLM.from_pretrained(path).merge_and_unload()
+        return _peft().AutoPeftModelForCausalLM.from_pretrained(path).merge_and_unload()
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=False)
+
+
+def _peft():
+    """peft, an optional extra: only LoRA needs it."""
+    try:
+        import peft
+    except ImportError as error:
+        raise ImportError("LoRA adapters need peft: pip install \"uat-hf[peft]\".") from error
+    return peft
