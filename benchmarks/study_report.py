@@ -26,7 +26,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ("proportional", "temperature", "uniform")
-ORDER = STATIC + ("multidds-s", "multiuat-enteos", "multiuat-exptp", "multiuat-entsent")
+ORDER = STATIC + ("multidds-s", "multiuat-enteos", "multiuat-exptp", "multiuat-entsent", "mixing-law")
+#: The strategy whose target (issue 26) each table states: never detectably below the best static prior, and
+#: above it by more than the smallest detectable difference in at least one setup.
+TARGET = "mixing-law"
 #: Two-sided 97.5 % quantiles of Student's t by degrees of freedom (so no SciPy is needed).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 #: A run took off when every corpus's test chrF reaches this: runs that did not (the one-epoch study of
@@ -159,6 +162,20 @@ def variation_table(runs: list[ArchivedRun], baseline: str) -> list[str]:
     return lines
 
 
+def target_line(runs: list[ArchivedRun], baseline: str) -> str:
+    """Whether :data:`TARGET`'s macro BLEU is (a) not detectably below the baseline and (b) above it by more than
+    the smallest difference its seeds can detect (a two-sided paired t-test over the seeds, α = 0.05)."""
+    base = {r.seed: r.results["mean"]["bleu"] for r in runs if r.strategy == baseline}
+    deltas = [r.results["mean"]["bleu"] - base[r.seed] for r in runs if r.strategy == TARGET and r.seed in base]
+    if len(deltas) < 2:
+        return f"{TARGET}: {len(deltas)} paired seed(s) against {baseline}; no test yet."
+    mean, smallest = statistics.mean(deltas), detectable(statistics.stdev(deltas), len(deltas))
+    below, above = mean < -smallest, mean > smallest
+    return (f"{TARGET} against {baseline} over {len(deltas)} paired seeds: mean Δ {mean:+.2f} BLEU, smallest "
+            f"detectable Δ {smallest:.2f}; (a) not detectably below: {'no' if below else 'yes'}; (b) above by more "
+            f"than the detectable Δ: {'yes' if above else 'no'}.")
+
+
 def lowest_chrf(run: ArchivedRun) -> tuple[str, float]:
     """The corpus with the lowest test chrF of a run, and that chrF."""
     corpus = min(run.results["scores"], key=lambda name: run.results["scores"][name]["chrf"])
@@ -206,7 +223,7 @@ def convergence_table(runs: list[ArchivedRun]) -> list[str]:
 
 def figures(runs: list[ArchivedRun], out: Path, page: Path) -> list[str]:
     """p over training for every dynamic strategy and the MultiDDS-S cosine heatmap, from the lowest seed."""
-    from uat_hf.plotting import plot_cosine_heatmap, plot_probabilities
+    from uat_hf.plotting import plot_cosine_heatmap, plot_law_heatmap, plot_probabilities
 
     lines = []
     for strategy in _strategies(runs):
@@ -218,6 +235,8 @@ def figures(runs: list[ArchivedRun], out: Path, page: Path) -> list[str]:
         drawn = [plot_probabilities(run.history, out / f"{run.cell}_p.png", title=f"p — {title}")]
         if strategy == "multidds-s":
             drawn.append(plot_cosine_heatmap(run.history, out / f"{run.cell}_cosine.png", title=f"cosine — {title}"))
+        if strategy == "mixing-law":
+            drawn.append(plot_law_heatmap(run.history, out / f"{run.cell}_law.png", title=f"mean law A — {title}"))
         lines += [f"![{path.stem}]({path.relative_to(page.parent).as_posix()})" for path in drawn]
     return lines
 
@@ -251,12 +270,15 @@ def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str],
                   "smallest detectable Δ is the mean difference a two-sided paired t-test over n seeds calls "
                   "significant at α = 0.05: t(0.975, n−1) · sd(Δ) / √n (t = 4.30 for n = 3). The pooled row "
                   "takes the root mean of the variances.", "", *variation_table(runs, baseline), ""]
+        if any(r.strategy == TARGET for r in runs):
+            lines += [target_line(runs, baseline), ""]
     convergence = convergence_table(runs)
     if convergence:
         lines += ["### Convergence", "", *convergence, ""]
     drawn = figures(runs, out, page)
     if drawn:
-        lines += ["### Corpus distribution p during training (and MultiDDS-S gradient cosines)", "", *drawn, ""]
+        lines += ["### Corpus distribution p during training (MultiDDS-S gradient cosines, mixing-law's law)", "",
+                  *drawn, ""]
     return lines
 
 
