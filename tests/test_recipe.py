@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from uat_hf import recipe as recipe_module
-from uat_hf.cli.arguments import DataArguments, ModelArguments, RunArguments
+from uat_hf.cli.arguments import DataArguments, ModelArguments
 from uat_hf.cli.parsing import recipe_to_dataclasses
+from uat_hf.cli.run_arguments import RunArguments
 from uat_hf.cli.train import parse_arguments
 from uat_hf.recipe import MODEL_CARD_FILE, RECIPE_FILE, Recipe
 from uat_hf.uat_config import UATConfig
