@@ -334,11 +334,11 @@ def test_predictions_gathered_with_padding_come_back_in_row_order():
     length-sorted corpus are put back in order."""
     from transformers.trainer_utils import PredictionOutput
 
-    from uat_hf.uat_trainer import _in_original_order
+    from uat_hf.corpus_evaluation import in_original_order
 
     order = [2, 0, 1]  # the corpus's rows as generated: longest source first
     generated = np.array([[20], [0], [10], [20]])  # row 2, row 0, row 1, then a repeat of row 2 from the gather
-    restored = _in_original_order(PredictionOutput(generated, None, {}), order)
+    restored = in_original_order(PredictionOutput(generated, None, {}), order)
     np.testing.assert_array_equal(restored.predictions, [[0], [10], [20]])
 
 
