@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -79,6 +83,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def launch_two_ranks(script: Path, outdir: Path, *script_args: str, timeout: int = 300) -> str:
+    """``accelerate launch`` ``script`` on 2 CPU ranks (gloo); returns its output. On timeout the whole process
+    group is killed and the test fails with the output so far, so a hang fails fast and says where."""
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()), str(script), str(outdir), *script_args,
+    ]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                               start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"2-process run of {script.name} hung for {timeout} s:\n{output[-3000:]}")
+    assert process.returncode == 0, output[-3000:]
+    return output
 
 
 def corpus_of(sampler, index: int) -> str:

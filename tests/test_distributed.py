@@ -10,26 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from conftest import launch_two_ranks
 
 HERE = Path(__file__).parent
 
 
-def launch(script: Path, outdir: Path, *script_args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()), str(script), str(outdir), *script_args,
-    ]
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
-
-
 @pytest.mark.distributed
 def test_multiuat_two_ranks_agree_and_split_the_passes(tmp_path):
-    launch(HERE / "distributed" / "multiuat_run.py", tmp_path)
+    launch_two_ranks(HERE / "distributed" / "multiuat_run.py", tmp_path)
     ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
     assert all(json.loads((tmp_path / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
     assert [r["step"] for r in ranks[0]] == [1, 2, 3, 4, 5, 6] == [r["step"] for r in ranks[1]]
@@ -47,7 +35,7 @@ def test_multiuat_two_ranks_agree_and_split_the_passes(tmp_path):
 @pytest.mark.distributed
 def test_a_causal_lm_on_two_ranks_gets_identical_rewards_and_p(tmp_path):
     """Decoder-only model, prompt + completion corpora: the shifted rewards and p agree bit for bit on both ranks."""
-    launch(HERE / "distributed" / "causal_run.py", tmp_path)
+    launch_two_ranks(HERE / "distributed" / "causal_run.py", tmp_path)
     ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
     assert all(json.loads((tmp_path / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
     assert [r["step"] for r in ranks[0]] == [1, 2, 3, 4, 5, 6] == [r["step"] for r in ranks[1]]
@@ -67,7 +55,7 @@ def test_logged_loss_is_the_mean_loss_with_one_or_two_processes(tmp_path):
     result = subprocess.run([sys.executable, str(HERE / "distributed" / "loss_run.py"), str(one), "2"],
                             capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    launch(HERE / "distributed" / "loss_run.py", two, "1")
+    launch_two_ranks(HERE / "distributed" / "loss_run.py", two, "1")
     runs = [json.loads((folder / "loss.json").read_text()) for folder in (one, two)]
     assert [run["world"] for run in runs] == [1, 2]
     assert runs[0]["reference"] == pytest.approx(runs[1]["reference"], rel=1e-6)  # the same two batches
@@ -81,7 +69,7 @@ def test_logged_loss_is_the_mean_loss_with_one_or_two_processes(tmp_path):
 
 @pytest.mark.distributed
 def test_mixing_law_two_ranks_agree_inside_and_after_the_probe_windows(tmp_path):
-    launch(HERE / "distributed" / "mixing_law_run.py", tmp_path)
+    launch_two_ranks(HERE / "distributed" / "mixing_law_run.py", tmp_path)
     ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
     assert all(json.loads((tmp_path / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
     assert [r["step"] for r in ranks[0]] == list(range(1, 11)) == [r["step"] for r in ranks[1]]

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +17,7 @@ import pytest
 import torch
 from transformers import MarianConfig, MarianMTModel
 
-from conftest import free_port
+from conftest import launch_two_ranks
 from uat_hf.gradient_cosine import GradientCosineReward
 from uat_hf.rewards import sharding
 from uat_hf.uncertainty import UncertaintyReward
@@ -150,28 +146,9 @@ def test_fsdp_accelerator_makes_attach_refuse_multidds_s_before_training(tokeniz
     assert balancing_reward(multiuat, model, tokenizer, accelerator) is not None  # MultiUAT runs sharded
 
 
-def launch(script: Path, outdir: Path, timeout: int = 240) -> None:
-    """``accelerate launch`` 2 CPU ranks; on timeout the whole process group is killed, so a hang fails the test."""
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()), str(script), str(outdir),
-    ]
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                               start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"2-process FSDP run hung for {timeout} s:\n{output[-3000:]}")
-    assert process.returncode == 0, output[-3000:]
-
-
 @pytest.mark.distributed
 def test_fsdp2_sharded_model_on_two_gloo_ranks_measures_without_hanging(tmp_path):
-    launch(HERE / "distributed" / "fsdp_mc_run.py", tmp_path)
+    launch_two_ranks(HERE / "distributed" / "fsdp_mc_run.py", tmp_path)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for record in ranks:
         assert record["world"] == 2 and record["sharding"] == "FSDP"

@@ -261,10 +261,10 @@ def test_mbart50_codes_in_inputs_labels_and_per_corpus_generation(tmp_path):
 @pytest.mark.distributed
 def test_m2m100_one_to_many_multiuat_on_two_processes(m2m100_tokenizer, tmp_path):
     """2 ranks (accelerate launch, gloo): every rank trains, measures and generates with each corpus's codes."""
-    from test_distributed import launch
+    from conftest import launch_two_ranks
 
     m2m100_tokenizer.save_pretrained(tmp_path / "tokenizer")
-    launch(HERE / "distributed" / "m2m100_o2m_run.py", tmp_path)
+    launch_two_ranks(HERE / "distributed" / "m2m100_o2m_run.py", tmp_path)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     source_id = code_id(m2m100_tokenizer, "__en__")
     target_ids = {name: code_id(m2m100_tokenizer, f"__{name}__") for name in TARGETS}

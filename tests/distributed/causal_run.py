@@ -15,7 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from teardown import end_distributed, exit_now  # noqa: E402
+from teardown import finish  # noqa: E402
 
 from conftest import multidomain_specs  # noqa: E402
 from uat_hf.causal_data import CausalPrompt  # noqa: E402
@@ -57,9 +57,8 @@ def main(outdir: str) -> None:
     trainer.add_callback(Probe(trainer, out / f"rank{rank}.jsonl"))
     trainer.train()
     (out / f"done{rank}").write_text(json.dumps({"world": trainer.accelerator.num_processes}))
-    end_distributed(trainer.accelerator)
+    finish(trainer.accelerator)
 
 
 if __name__ == "__main__":
     main(sys.argv[1])
-    exit_now()

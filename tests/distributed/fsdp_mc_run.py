@@ -23,7 +23,7 @@ from torch.distributed.fsdp import fully_shard
 from transformers import MarianConfig, MarianMTModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from teardown import end_distributed, exit_now  # noqa: E402
+from teardown import finish  # noqa: E402
 
 from uat_hf.rewards import sharding  # noqa: E402
 from uat_hf.uncertainty import UncertaintyReward  # noqa: E402
@@ -79,9 +79,8 @@ def main(outdir: str) -> None:
               "rewards": total.tolist(), "expected": expected.tolist(), "grads_none_after_measuring": grads_none,
               "trained": bool(torch.isfinite(loss))}
     (Path(outdir) / f"rank{rank}.json").write_text(json.dumps(record))
-    end_distributed(accelerator)
+    finish(accelerator)
 
 
 if __name__ == "__main__":
     main(sys.argv[1])
-    exit_now()

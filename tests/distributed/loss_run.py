@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from teardown import end_distributed, exit_now  # noqa: E402
+from teardown import finish  # noqa: E402
 
 from conftest import multidomain_specs  # noqa: E402
 from uat_hf.corpora import load_corpora, load_corpus_split  # noqa: E402
@@ -49,9 +49,8 @@ def main(outdir: str, accumulation: int) -> None:
         record = {"world": trainer.accelerator.num_processes, "logged": logged, "reference": sum(losses) / 2,
                   "examples": sum(len(b) for b in batches), "metrics": result.metrics}
         (out / "loss.json").write_text(json.dumps(record))
-    end_distributed(trainer.accelerator)
+    finish(trainer.accelerator)
 
 
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]))
-    exit_now()

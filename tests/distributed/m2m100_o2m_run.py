@@ -15,7 +15,7 @@ from pathlib import Path
 from transformers import M2M100Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from teardown import end_distributed, exit_now  # noqa: E402
+from teardown import finish  # noqa: E402
 from test_language_codes import one_to_many_specs, tiny_model  # noqa: E402
 
 from uat_hf.corpora import load_corpora  # noqa: E402
@@ -62,9 +62,8 @@ def main(outdir: str) -> None:
     record["world"] = trainer.accelerator.num_processes
     rank = trainer.accelerator.process_index
     (out / f"rank{rank}.json").write_text(json.dumps(record))
-    end_distributed(trainer.accelerator)
+    finish(trainer.accelerator)
 
 
 if __name__ == "__main__":
     main(sys.argv[1])
-    exit_now()

@@ -18,7 +18,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests folder, for conftest's builders
 
 import torch  # noqa: E402
-from teardown import end_distributed, exit_now  # noqa: E402
+from teardown import finish  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from conftest import multidomain_specs  # noqa: E402
@@ -81,9 +81,8 @@ def main() -> None:
         "distributed": torch.distributed.is_initialized(),
         "broadcast": trainer.balancing.reward._use_broadcast(num_processes, rank),
     }))
-    end_distributed(trainer.accelerator)
+    finish(trainer.accelerator)
 
 
 if __name__ == "__main__":
     main()
-    exit_now()
