@@ -22,6 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,6 +177,49 @@ def target_line(runs: list[ArchivedRun], baseline: str) -> str:
             f"than the detectable Δ: {'yes' if above else 'no'}.")
 
 
+def law_prediction(history: list[dict]) -> list[float]:
+    """Per update after the first: how well the law fitted at the previous update predicted this probe phase.
+
+    Window m (favouring corpus j) moved dev loss i by the measured fall ``losses[m] − losses[m+1]``; the previous
+    law predicts ``(A q_j)_i`` for it, q_j being this phase's mix of that window. Both are centred per dev corpus
+    over the windows, so the fall every window shares (training goes on) is left out and only what the law is
+    for remains: which corpus helps which. Returns Pearson's r of the two, one per predicted phase.
+    """
+    scores = []
+    for previous, record in zip(history, history[1:]):
+        law, losses = np.asarray(previous["law"]), np.asarray(record["probe_losses"])
+        mixes, order = np.asarray(record["probe_mixes"]), record["probe_order"]
+        measured = losses[:len(order)] - losses[1:len(order) + 1]
+        predicted = np.stack([law @ mixes[j] for j in order])
+        measured, predicted = measured - measured.mean(axis=0), predicted - predicted.mean(axis=0)
+        if measured.std() > 0 and predicted.std() > 0:
+            scores.append(float(np.corrcoef(measured.ravel(), predicted.ravel())[0, 1]))
+    return scores
+
+
+def law_table(runs: list[ArchivedRun]) -> list[str]:
+    """For :data:`TARGET`'s runs: the law's out-of-sample prediction of each next probe phase, and where p went."""
+    chosen = [r for r in runs if r.strategy == TARGET and r.history.is_file()]
+    if not chosen:
+        return []
+    corpora = sorted(chosen[0].train_sizes) or sorted(json.loads(chosen[0].history.read_text().splitlines()[0])[
+        "probabilities"])
+    lines = ["How well each fitted law predicted the next probe phase (Pearson r of the measured and the predicted "
+             "dev-loss falls of its windows, centred per dev corpus; 0 is no skill), and p at the end against the "
+             "prior (the share of training examples).", "",
+             f"| seed | updates | r, mean | r > 0 | {' | '.join(f'p {c} (prior)' for c in corpora)} |",
+             "|---" * (4 + len(corpora)) + "|"]
+    for run in sorted(chosen, key=lambda r: r.seed):
+        history = [json.loads(line) for line in run.history.read_text().splitlines() if line.strip()]
+        scores, final = law_prediction(history), history[-1]["probabilities"]
+        total = sum(run.train_sizes.values())
+        shares = [f"{final[c]:.3f} ({run.train_sizes[c] / total:.3f})" if total else f"{final[c]:.3f}"
+                  for c in corpora]
+        lines.append(f"| {run.seed} | {len(history)} | {_num(statistics.mean(scores) if scores else None)} | "
+                     f"{sum(r > 0 for r in scores)} of {len(scores)} | {' | '.join(shares)} |")
+    return lines
+
+
 def lowest_chrf(run: ArchivedRun) -> tuple[str, float]:
     """The corpus with the lowest test chrF of a run, and that chrF."""
     corpus = min(run.results["scores"], key=lambda name: run.results["scores"][name]["chrf"])
@@ -271,7 +315,7 @@ def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str],
                   "significant at α = 0.05: t(0.975, n−1) · sd(Δ) / √n (t = 4.30 for n = 3). The pooled row "
                   "takes the root mean of the variances.", "", *variation_table(runs, baseline), ""]
         if any(r.strategy == TARGET for r in runs):
-            lines += [target_line(runs, baseline), ""]
+            lines += [target_line(runs, baseline), "", *law_table(runs), ""]
     convergence = convergence_table(runs)
     if convergence:
         lines += ["### Convergence", "", *convergence, ""]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import yaml
 
@@ -299,6 +300,26 @@ def test_report_states_numbers_and_keeps_the_human_finding(tmp_path):
 
 def test_smallest_detectable_difference_is_the_paired_t_threshold():
     assert study_report.detectable(1.0, 3) == pytest.approx(4.303 / math.sqrt(3))
+
+
+def test_law_prediction_scores_a_law_that_holds_one_and_a_law_of_the_wrong_sign_minus_one():
+    """The fall of window m's dev losses is A q_j plus a shared trend; the law of the previous update predicts it
+    exactly (r = 1) when it is the same A, and exactly wrongly (r = −1) when it is −A. The trend is left out."""
+    from uat_hf.mixing_law import probe_mixes, probe_order
+
+    rng = np.random.default_rng(0)
+    law = rng.normal(size=(4, 4))
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+
+    def record(fitted):
+        mixes, order = probe_mixes(p, 0.5), probe_order(4, 2, rng)
+        falls = [law @ mixes[j] + 5.0 for j in order]  # + a fall that every window shares
+        losses = np.concatenate([[np.zeros(4)], -np.cumsum(falls, axis=0)])
+        return {"law": fitted.tolist(), "probe_losses": losses.tolist(), "probe_mixes": mixes.tolist(),
+                "probe_order": order}
+
+    assert study_report.law_prediction([record(law), record(law)]) == [pytest.approx(1.0)]
+    assert study_report.law_prediction([record(-law), record(law)]) == [pytest.approx(-1.0)]
 
 
 def test_driver_and_report_on_real_three_step_runs(tmp_path):
