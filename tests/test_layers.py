@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("leaves", {"names", "measure_names", "hub_errors", "adam", "checkpoints", "columns", "metrics"}),
     ("math", {"priors", "measures", "scorer", "mixing_law"}),
     ("distribution", {"distribution"}),
-    ("sampler", {"packing", "sampler"}),
+    ("sampler", {"packing", "batch_choice", "sampler"}),
     ("rewards", {"causal_model", "language_codes", "rewards", "uncertainty", "gradient_cosine", "dev_loss"}),
     ("callback", {"callback"}),
     ("trainer", {"balancing_arguments", "uat_config", "throughput", "balancing", "corpus_evaluation", "causal_eval",

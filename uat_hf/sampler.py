@@ -15,16 +15,9 @@ vector therefore reaches training after at most that many batches (1–2 with th
 instance-level mixing, batches are drawn ``mix_pool_batches`` at a time (a pool, re-batched by length when
 larger than 1), and a new vector takes effect from the next pool.
 
-**What p is a share of: training examples.** ``p_n`` is the share of training *examples* (sentence pairs)
-drawn from corpus n, in both batching modes, so under ``proportional`` every example is seen about equally
-often. With instance-level mixing each example's corpus is drawn from p, so nothing needs converting. With
-one corpus per batch, batches of a token budget hold many short sentences or few long ones, so drawing each
-*batch's* corpus from p would make p a share of batches and over-sample the corpus of short sentences (on
-the bundled data with a 1,000-token budget, ``proportional`` showed one domain's examples 2.3x as often as
-another's). The sampler therefore draws a batch's corpus from ``q_n ∝ p_n / e_n``, ``e_n`` being corpus n's
-mean examples per batch (:attr:`examples_per_corpus_batch`, its size over its batch count), which makes the
-expected share of examples p. (The authors' code gives every batch the same number of sentences, where
-batch shares and example shares coincide.)
+**What p is a share of: training examples**, in both batching modes. With one corpus per batch the
+sampler draws a batch's corpus from ``q_n ∝ p_n / e_n`` (e_n: corpus n's mean examples per batch) so that
+the expected share of examples is p; :mod:`uat_hf.batch_choice` holds that conversion and says why.
 
 **What an epoch is.** ``len(sampler)`` batches: as many as one pass over every corpus makes (the sum of
 the corpora's batch counts). Which corpora fill them follows p, so within an epoch a corpus may be seen
@@ -55,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .batch_choice import batch_choice_probabilities, mean_examples_per_batch, pick_corpus
 from .distribution import CorpusDistribution
 from .packing import PackedBatches, example_lengths, fits, pack_by_tokens, token_batch_bounds
 from .priors import temperature_prior, validate_probabilities
@@ -142,10 +136,9 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             [self._pack_by_tokens(i) for i in range(len(self.names))] if max_tokens is not None else None
         )
         self._epoch_length = int(sum(self._num_corpus_batches(i) for i in range(len(self.names))))
-        #: Mean examples per batch of each corpus (size / batch count): converts p, a share of examples, into
-        #: the probability of drawing a corpus for a batch (one corpus per batch only).
-        self.examples_per_corpus_batch = self.sizes / np.array(
-            [self._num_corpus_batches(i) for i in range(len(self.names))], dtype=np.float64)
+        #: Mean examples per batch of each corpus: converts p into batch probabilities (:mod:`.batch_choice`).
+        self.examples_per_corpus_batch = mean_examples_per_batch(
+            self.sizes, [self._num_corpus_batches(i) for i in range(len(self.names))])
 
         if not isinstance(distribution, CorpusDistribution):
             p = temperature_prior(self.sizes, 1.0) if distribution is None else distribution
@@ -188,17 +181,10 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         return self.distribution.probabilities
 
     def batch_probabilities(self, p: np.ndarray | None = None) -> np.ndarray:
-        """The probability that a batch is drawn from each corpus, for example shares ``p`` (default: live p).
-
-        With one corpus per batch, ``q_n ∝ p_n / e_n`` (``e_n``: :attr:`examples_per_corpus_batch`), so that
-        corpus n supplies a share p_n of the examples trained on; with instance-level mixing the corpus is
-        drawn per example and q is p.
-        """
-        p = self.probabilities if p is None else np.asarray(p, dtype=np.float64)
-        if self.mix_corpora:
-            return p
-        weights = p / self.examples_per_corpus_batch
-        return weights / weights.sum()
+        """The probability that a batch is drawn from each corpus, for example shares ``p`` (default: live p):
+        :func:`~uat_hf.batch_choice.batch_choice_probabilities` with this sampler's examples per batch."""
+        p = self.probabilities if p is None else p
+        return batch_choice_probabilities(p, self.examples_per_corpus_batch, mix_corpora=self.mix_corpora)
 
     def _sync(self) -> None:
         """Take a change of p made since the last batch: from the next batch on (position ``_drawn``)."""
@@ -280,7 +266,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
                 next_change += 1
             cumulative = np.cumsum(self.batch_probabilities(p))
             if not self.mix_corpora:
-                corpus = _pick(cumulative, uniforms.random())
+                corpus = pick_corpus(cumulative, uniforms.random())
                 batch = (next(streams[corpus]) + self.offsets[corpus]).tolist()
             else:
                 if not pool:
@@ -312,7 +298,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             longest = 0
             while True:
                 if pending is None:
-                    corpus = _pick(cumulative, uniforms.random())
+                    corpus = pick_corpus(cumulative, uniforms.random())
                     local = next(streams[corpus])
                     pending = (int(local + self.offsets[corpus]), max(int(self.lengths[corpus][local]), 1))
                 index, size = pending
@@ -398,7 +384,3 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         validate_probabilities(values, self.names)
         return np.asarray(values, dtype=np.float64)
 
-
-def _pick(cumulative: np.ndarray, u: float) -> int:
-    """Inverse-CDF draw: the corpus whose cumulative interval holds ``u`` (u drawn independently of p)."""
-    return min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")), len(cumulative) - 1)

@@ -9,22 +9,21 @@ line (``--field value``), which beats the recipe. ``uat-evaluate`` and ``uat-plo
 the same concepts (:mod:`uat_hf.cli.tool_arguments`).
 
 Field values are checked in ``__post_init__`` so that a bad recipe fails before any data is read, with a
-message that names the field and the value.
+message that names the field and the value; :mod:`uat_hf.cli.field_values` reads the YAML-or-JSON values.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..causal_models import CAUSAL_PRESETS
-from ..corpus_specs import DIRECTIONS, SPLITS, CorpusSpec, resolve_bundled
+from ..corpus_specs import DIRECTIONS, SPLITS, resolve_bundled
 from ..hub_errors import is_hub_id
 from ..language_codes import CODE_SCHEMES
-from ..names import check_unique_names
 from ..presets import MODEL_PRESETS
+from .field_values import as_corpus_specs, as_language_codes, as_mapping, check_positive
 
 __all__ = [
     "DataArguments",
@@ -34,72 +33,6 @@ __all__ = [
 EVAL_SPLITS = ("dev", "test")
 LANGUAGE_TAG_MODES = ("auto", "marian", "target", *CODE_SCHEMES, "none")
 TOKENIZER_MODELS = ("bpe", "unigram")
-_SPEC_FIELDS = {f.name for f in fields(CorpusSpec)}
-
-
-def _as_list_of_mappings(value: Any, name: str) -> list[dict] | None:
-    """A YAML list of mappings, or the same as a JSON string (command line), → list of dicts."""
-    if value is None or value == "" or value == []:
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise ValueError(
-                f"{name}: expected a list of corpus mappings (YAML list, or JSON on the command line such as "
-                f"'[{{\"name\": \"kde4\", \"source_lang\": \"en\", \"target_lang\": \"de\", "
-                f"\"path\": \"Helsinki-NLP/kde4\"}}]'); "
-                f"could not parse {value!r}: {error}"
-            ) from None
-    if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, (list, tuple)):
-        raise ValueError(f"{name}: expected a list of corpus mappings, got {type(value).__name__} {value!r}.")
-    result = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise ValueError(f"{name}[{i}]: expected a mapping with CorpusSpec fields, got {item!r}.")
-        unknown = sorted(set(item) - _SPEC_FIELDS)
-        if unknown:
-            raise ValueError(
-                f"{name}[{i}] ({item.get('name', '?')}): unknown field(s) {unknown}; CorpusSpec fields are "
-                f"{sorted(_SPEC_FIELDS)}."
-            )
-        missing = [key for key in ("name", "source_lang", "target_lang") if not item.get(key)]
-        if missing:
-            raise ValueError(f"{name}[{i}] ({item.get('name', '?')}): missing required field(s) {missing}.")
-        result.append(dict(item))
-    check_unique_names((item["name"] for item in result),
-                       "{field}: corpus names must be unique; repeated: {repeated}.", field=name)
-    return result
-
-
-def _as_mapping(value: Any, name: str) -> dict | None:
-    """A YAML mapping, or the same as a JSON string (command line), → dict (``None`` when unset)."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else None
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{name}: not a JSON object: {value!r} ({error}).") from None
-    if value is not None and not isinstance(value, dict):
-        raise ValueError(f"{name} must be a mapping of field: value, got {value!r}.")
-    return value or None
-
-
-def _language_codes(value: Any, scheme: str) -> dict[str, str] | None:
-    """``language_codes`` as a mapping of language → code, refused unless ``scheme`` uses language codes."""
-    codes = _as_mapping(value, "language_codes")
-    if codes and scheme not in CODE_SCHEMES:
-        raise ValueError(f"language_codes {codes!r} gives codes of a language-code scheme, but language_tags is "
-                         f"{scheme!r}: set language_tags to one of {list(CODE_SCHEMES)}, or drop language_codes.")
-    return {str(language): str(code) for language, code in codes.items()} if codes else None
-
-
-def _check_positive(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be a positive integer (or unset), got {value!r}.")
 
 
 @dataclass
@@ -240,8 +173,8 @@ class DataArguments:
         for name in ("source_lang", "target_lang", "corpus_dir"):
             if isinstance(getattr(self, name), str) and getattr(self, name).strip().lower() in ("", "none", "null"):
                 setattr(self, name, None)  # lets the command line unset a value the recipe sets
-        self.corpus_specs = _as_list_of_mappings(self.corpus_specs, "corpus_specs")
-        self.eval_corpus_specs = _as_list_of_mappings(self.eval_corpus_specs, "eval_corpus_specs")
+        self.corpus_specs = as_corpus_specs(self.corpus_specs, "corpus_specs")
+        self.eval_corpus_specs = as_corpus_specs(self.eval_corpus_specs, "eval_corpus_specs")
         if (self.corpus_dir is None) == (self.corpus_specs is None):
             raise ValueError(
                 ("Give the corpora either" if self.corpus_dir is not None else "corpus_dir or corpus_specs is "
@@ -265,8 +198,8 @@ class DataArguments:
             raise ValueError(f"eval_split must be one of {list(EVAL_SPLITS)}, got {self.eval_split!r}.")
         if self.language_tags not in LANGUAGE_TAG_MODES:
             raise ValueError(f"language_tags must be one of {list(LANGUAGE_TAG_MODES)}, got {self.language_tags!r}.")
-        self.language_codes = _language_codes(self.language_codes, self.language_tags)
-        _check_positive(
+        self.language_codes = as_language_codes(self.language_codes, self.language_tags)
+        check_positive(
             self, "max_train_examples", "max_eval_examples", "max_source_length", "max_target_length",
             "max_source_words", "max_target_words", "preprocessing_num_workers",
         )
@@ -367,14 +300,14 @@ class ModelArguments:
             raise ValueError(f"tokenizer_model must be one of {list(TOKENIZER_MODELS)}, got {self.tokenizer_model!r}.")
         if self.vocab_size < 8:
             raise ValueError(f"vocab_size must be a positive vocabulary size, got {self.vocab_size!r}.")
-        _check_positive(self, "tokenizer_min_frequency", "tokenizer_max_sentences")
+        check_positive(self, "tokenizer_min_frequency", "tokenizer_max_sentences")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < 1:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
-        self.model_overrides = _as_mapping(self.model_overrides, "model_overrides")
-        self.generation_overrides = _as_mapping(self.generation_overrides, "generation_overrides")
-        self.lora = _as_mapping(self.lora, "lora")
+        self.model_overrides = as_mapping(self.model_overrides, "model_overrides")
+        self.generation_overrides = as_mapping(self.generation_overrides, "generation_overrides")
+        self.lora = as_mapping(self.lora, "lora")
         if self.generation_overrides:
             from transformers import GenerationConfig
 

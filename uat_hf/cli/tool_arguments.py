@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from .arguments import DataArguments, _check_positive
+from .arguments import DataArguments
+from .field_values import check_positive
 from .parsing import UATParser
 
 __all__ = [
@@ -114,7 +115,7 @@ class EvaluateArguments:
         if self.significance_test not in SIGNIFICANCE_TESTS:
             raise ValueError(f"significance_test must be one of {list(SIGNIFICANCE_TESTS)}, got "
                              f"{self.significance_test!r}.")
-        _check_positive(self, "per_device_eval_batch_size", "generation_num_beams", "generation_max_length",
+        check_positive(self, "per_device_eval_batch_size", "generation_num_beams", "generation_max_length",
                         "max_new_tokens", "seed")
         if self.significance_samples < 0:
             raise ValueError("significance_samples must be >= 0 (0: sacrebleu's default), "
