@@ -19,13 +19,7 @@ from uat_hf.corpora import load_corpora
 from uat_hf.uat_config import UATConfig
 from uat_hf.uat_trainer import UATTrainer
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,7 @@ TESTS = Path(__file__).resolve().parent
 COLUMNS = ("input_ids", "attention_mask", "labels")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run ~10x faster on one thread than on contended ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def rows(dataset, indices) -> list[dict]:

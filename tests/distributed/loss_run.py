@@ -13,31 +13,18 @@ import sys
 from pathlib import Path
 
 import torch
+from run_setup import multidomain_data, seeded_model, short_run_config
+from teardown import finish
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from teardown import finish  # noqa: E402
-
-from conftest import multidomain_specs  # noqa: E402
-from uat_hf.corpora import load_corpora, load_corpus_split  # noqa: E402
-from uat_hf.presets import build_model  # noqa: E402
-from uat_hf.tokenization import train_joint_tokenizer  # noqa: E402
-from uat_hf.uat_config import UATConfig  # noqa: E402
-from uat_hf.uat_trainer import UATTrainer  # noqa: E402
+from uat_hf.uat_trainer import UATTrainer
 
 
 def main(outdir: str, accumulation: int) -> None:
     out = Path(outdir)
-    raw = [load_corpus_split(spec, "train") for spec in multidomain_specs(600)]
-    tokenizer = train_joint_tokenizer(raw, vocab_size=800)
-    data = load_corpora(multidomain_specs(100), tokenizer, splits=("train",), max_source_length=32,
-                        max_target_length=32)
-    torch.manual_seed(0)
-    model = build_model("tiny", tokenizer, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
-    args = UATConfig(
-        output_dir=str(out / "run"), strategy="proportional", max_steps=1, max_tokens=200, report_to=[],
-        save_strategy="no", use_cpu=True, seed=3, disable_tqdm=True, logging_steps=1,
-        gradient_accumulation_steps=accumulation,
-    )
+    tokenizer, data = multidomain_data(100, max_length=32, splits=("train",))
+    model = seeded_model("tiny", tokenizer, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    args = short_run_config(out, strategy="proportional", max_steps=1, max_tokens=200, logging_steps=1,
+                            gradient_accumulation_steps=accumulation)
     trainer = UATTrainer(model, args, train_corpora=data["train"], processing_class=tokenizer)
     batches = list(itertools.islice(iter(copy.deepcopy(trainer.corpus_sampler)), 2))
     with torch.no_grad():

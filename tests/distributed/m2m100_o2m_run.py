@@ -12,16 +12,14 @@ import json
 import sys
 from pathlib import Path
 
+from run_setup import first_examples, short_run_config
+from teardown import finish
+from test_language_codes import one_to_many_specs, tiny_model
 from transformers import M2M100Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from teardown import finish  # noqa: E402
-from test_language_codes import one_to_many_specs, tiny_model  # noqa: E402
-
-from uat_hf.corpora import load_corpora  # noqa: E402
-from uat_hf.language_codes import corpus_language_codes, generation_kwargs  # noqa: E402
-from uat_hf.uat_config import UATConfig  # noqa: E402
-from uat_hf.uat_trainer import UATTrainer  # noqa: E402
+from uat_hf.corpora import load_corpora
+from uat_hf.language_codes import corpus_language_codes, generation_kwargs
+from uat_hf.uat_trainer import UATTrainer
 
 
 def main(outdir: str) -> None:
@@ -30,15 +28,13 @@ def main(outdir: str) -> None:
     specs = one_to_many_specs(60)
     data = load_corpora(specs, tokenizer, tags="m2m100", max_source_length=32, max_target_length=32)
     codes = corpus_language_codes(specs, "m2m100")
-    args = UATConfig(
-        output_dir=str(out / "run"), strategy="multiuat", measure="enteos", mc_samples=2, update_every=2,
-        scorer_lr=1e-2, scorer_steps=5, max_steps=4, per_device_train_batch_size=4, report_to=[], save_strategy="no",
-        use_cpu=True, seed=3, disable_tqdm=True, logging_steps=100, generation_max_length=6, generation_num_beams=1,
+    args = short_run_config(
+        out, strategy="multiuat", measure="enteos", mc_samples=2, update_every=2, scorer_lr=1e-2, scorer_steps=5,
+        max_steps=4, per_device_train_batch_size=4, generation_max_length=6, generation_num_beams=1,
     )
     trainer = UATTrainer(
-        tiny_model(tokenizer), args, train_corpora=data["train"],
-        dev_corpora={name: ds.select(range(6)) for name, ds in data["dev"].items()},
-        eval_corpora={name: ds.select(range(3)) for name, ds in data["test"].items()},
+        tiny_model(tokenizer), args, train_corpora=data["train"], dev_corpora=first_examples(data["dev"], 6),
+        eval_corpora=first_examples(data["test"], 3),
         processing_class=tokenizer, corpus_generation_kwargs=generation_kwargs(tokenizer, codes),
     )
     record = {"train": [], "dev": []}

@@ -7,50 +7,24 @@ test can check that the ranks agree and that the measurement was split rather th
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import torch
-from transformers import TrainerCallback
+from run_setup import RecordSteps, first_examples, multidomain_data, seeded_model, short_run_config, write_done
+from teardown import finish
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from teardown import finish  # noqa: E402
-
-import uat_hf.dev_loss  # noqa: E402
-from conftest import multidomain_specs  # noqa: E402
-from uat_hf.corpora import load_corpora, load_corpus_split  # noqa: E402
-from uat_hf.presets import build_model  # noqa: E402
-from uat_hf.tokenization import train_joint_tokenizer  # noqa: E402
-from uat_hf.uat_config import UATConfig  # noqa: E402
-from uat_hf.uat_trainer import UATTrainer  # noqa: E402
-
-
-class Probe(TrainerCallback):
-    def __init__(self, trainer, path: Path):
-        self.trainer, self.path = trainer, path
-
-    def on_step_end(self, args, state, control, **kwargs):
-        sampler = self.trainer.corpus_sampler
-        record = {"step": state.global_step, "p": sampler.probabilities.tolist(), "sampler": sampler.state_dict(),
-                  "law": self.trainer.corpus_distribution.law.state_dict(), "forwards": self.trainer.forwards}
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+import uat_hf.dev_loss
+from uat_hf.uat_trainer import UATTrainer
 
 
 def main(outdir: str) -> None:
     out = Path(outdir)
-    raw = [load_corpus_split(spec, "train") for spec in multidomain_specs(600)]
-    tokenizer = train_joint_tokenizer(raw, vocab_size=800)
-    data = load_corpora(multidomain_specs(200), tokenizer, splits=("train", "dev"), max_source_length=32,
-                        max_target_length=32)
-    dev = {name: ds.select(range(8)) for name, ds in data["dev"].items()}
-    torch.manual_seed(0)
-    model = build_model("tiny", tokenizer)
-    args = UATConfig(
-        output_dir=str(out / "run"), strategy="mixing-law", mixing_law_window_steps=1, mixing_law_sweeps=1,
-        update_every=5, max_steps=10, max_tokens=200, dev_batch_tokens=200, report_to=[], save_strategy="no",
-        use_cpu=True, seed=3, disable_tqdm=True, logging_steps=100, mix_corpora=True,
+    tokenizer, data = multidomain_data(200, max_length=32, splits=("train", "dev"))
+    dev = first_examples(data["dev"], 8)
+    model = seeded_model("tiny", tokenizer)
+    args = short_run_config(
+        out, strategy="mixing-law", mixing_law_window_steps=1, mixing_law_sweeps=1, update_every=5, max_steps=10,
+        max_tokens=200, dev_batch_tokens=200, mix_corpora=True,
     )
     trainer = UATTrainer(model, args, train_corpora=data["train"], dev_corpora=dev, processing_class=tokenizer)
     trainer.forwards = 0
@@ -61,10 +35,12 @@ def main(outdir: str) -> None:
         return measure(model, batch)
 
     uat_hf.dev_loss.dev_loss_sums = counting
-    rank = trainer.accelerator.process_index
-    trainer.add_callback(Probe(trainer, out / f"rank{rank}.jsonl"))
+    sampler = trainer.corpus_sampler
+    trainer.add_callback(RecordSteps(out / f"rank{trainer.accelerator.process_index}.jsonl", lambda step: {
+        "p": sampler.probabilities.tolist(), "sampler": sampler.state_dict(),
+        "law": trainer.corpus_distribution.law.state_dict(), "forwards": trainer.forwards}))
     trainer.train()
-    (out / f"done{rank}").write_text(json.dumps({"world": trainer.accelerator.num_processes}))
+    write_done(out, trainer)
     finish(trainer.accelerator)
 
 
