@@ -15,17 +15,26 @@ from conftest import launch_two_ranks
 HERE = Path(__file__).parent
 
 
+def json_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def rank_traces(folder: Path) -> list[list[dict]]:
+    """Both ranks' per-step records (``rank<r>.jsonl``), after checking that both finished in a world of 2."""
+    assert all(json.loads((folder / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
+    return [json_lines(folder / f"rank{r}.jsonl") for r in (0, 1)]
+
+
 @pytest.mark.distributed
 def test_multiuat_two_ranks_agree_and_split_the_passes(tmp_path):
     launch_two_ranks(HERE / "distributed" / "multiuat_run.py", tmp_path)
-    ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
-    assert all(json.loads((tmp_path / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
+    ranks = rank_traces(tmp_path)
     assert [r["step"] for r in ranks[0]] == [1, 2, 3, 4, 5, 6] == [r["step"] for r in ranks[1]]
     for a, b in zip(*ranks):
         assert a["p"] == b["p"]  # bit-identical probabilities after every step (and update)
         assert a["sampler"] == b["sampler"]  # same epoch, schedule and positions: same corpus draws
     assert ranks[0][0]["p"] != ranks[0][-1]["p"]  # the updates did move p
-    history = [json.loads(line) for line in (tmp_path / "run" / "balancing_history.jsonl").read_text().splitlines()]
+    history = json_lines(tmp_path / "run" / "balancing_history.jsonl")
     assert [h["step"] for h in history] == [2, 4, 6]  # written once, by the main process
     # K·N passes per update split across the ranks, not duplicated: 3 updates × 4 corpora × 3 passes, each
     # dev batch being one sub-batch here; half of them on each rank.
@@ -36,8 +45,7 @@ def test_multiuat_two_ranks_agree_and_split_the_passes(tmp_path):
 def test_a_causal_lm_on_two_ranks_gets_identical_rewards_and_p(tmp_path):
     """Decoder-only model, prompt + completion corpora: the shifted rewards and p agree bit for bit on both ranks."""
     launch_two_ranks(HERE / "distributed" / "causal_run.py", tmp_path)
-    ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
-    assert all(json.loads((tmp_path / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
+    ranks = rank_traces(tmp_path)
     assert [r["step"] for r in ranks[0]] == [1, 2, 3, 4, 5, 6] == [r["step"] for r in ranks[1]]
     for a, b in zip(*ranks):
         assert a["p"] == b["p"] and a["rewards"] == b["rewards"]
@@ -70,8 +78,7 @@ def test_logged_loss_is_the_mean_loss_with_one_or_two_processes(tmp_path):
 @pytest.mark.distributed
 def test_mixing_law_two_ranks_agree_inside_and_after_the_probe_windows(tmp_path):
     launch_two_ranks(HERE / "distributed" / "mixing_law_run.py", tmp_path)
-    ranks = [[json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
-    assert all(json.loads((tmp_path / f"done{r}").read_text())["world"] == 2 for r in (0, 1))
+    ranks = rank_traces(tmp_path)
     assert [r["step"] for r in ranks[0]] == list(range(1, 11)) == [r["step"] for r in ranks[1]]
     for a, b in zip(*ranks):
         assert a["p"] == b["p"]  # bit-identical probe mixes and p after every step
@@ -79,7 +86,7 @@ def test_mixing_law_two_ranks_agree_inside_and_after_the_probe_windows(tmp_path)
         assert a["law"] == b["law"]  # same window order, dev losses, fitted law
     assert len({json.dumps(r["p"]) for r in ranks[0][4:9]}) == 5  # steps 5-8: four probe mixes, then p
     assert ranks[0][8]["p"] != ranks[0][0]["p"]  # the update at step 9 moved p
-    history = [json.loads(line) for line in (tmp_path / "run" / "balancing_history.jsonl").read_text().splitlines()]
+    history = json_lines(tmp_path / "run" / "balancing_history.jsonl")
     assert [h["step"] for h in history] == [9]  # written once, by the main process
     # 6 measurements (before and after each of the 4 windows, and the start of the next phase at step 10) × 4
     # corpora, one sub-batch each: half of them on each rank.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .field_values import check_positive
+
 __all__ = ["RunArguments"]
 
 
@@ -32,9 +34,7 @@ class RunArguments:
     )
 
     def __post_init__(self) -> None:
-        if self.torch_num_threads is not None and self.torch_num_threads < 1:
-            raise ValueError(f"torch_num_threads must be a positive integer (or unset), got "
-                             f"{self.torch_num_threads!r}.")
+        check_positive(self, "torch_num_threads")
         if self.max_train_minutes is not None and not self.max_train_minutes > 0:
             raise ValueError(f"max_train_minutes must be > 0 (or unset), got {self.max_train_minutes!r}.")
 
