@@ -259,3 +259,26 @@ def test_passes_run_in_the_training_precision(tmp_path, corpora, tokenizer, tiny
         reference = UncertaintyReward("entsent", 2, eos_token_id=tiny_model.config.eos_token_id)
         float32 = reference.finalize(reference.compute(tiny_model, dev, seed=seed))[0]
         np.testing.assert_allclose(rewards, float32, rtol=0.05)
+
+
+def test_rewards_equal_full_logit_passes_of_every_measure(tiny_model, corpora, collate):
+    """The fast path (labels checked once, output layer at the scored or EOS positions only, statistics in chunks,
+    no host sync per pass) gives the rewards of plain passes over the full logits, with the same masks."""
+    from uat_hf.measures import ALL_MEASURES, eos_positions, position_statistics, sentence_uncertainty
+
+    batches = [[dev_batch(corpora, collate, name, count=7)] for name in ("bible", "dictionary")]
+    eos = tiny_model.config.eos_token_id
+    for measure in ALL_MEASURES:
+        reward = UncertaintyReward(measure, 3, eos_token_id=eos, mode="loop")
+        fast = reward.finalize(reward.compute(tiny_model, batches, seed=4))[0]
+        expected = []
+        with mc_dropout(tiny_model, seed=4):
+            for (batch,) in batches:
+                mask = batch["labels"] != -100
+                passes = []
+                for _ in range(3):
+                    max_prob, entropy = position_statistics(tiny_model(**batch).logits)
+                    passes.append(sentence_uncertainty(measure, max_prob, entropy, mask,
+                                                       eos_positions(batch["labels"], eos, mask)).double().mean())
+                expected.append(float(torch.stack(passes).mean()))
+        np.testing.assert_allclose(fast, expected, rtol=1e-6, atol=1e-7, err_msg=measure)

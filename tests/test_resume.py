@@ -24,14 +24,14 @@ class RecordingTrainer(UATTrainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
-def run(tmp_path, corpora, tokenizer, output, resume=None, max_steps=11, mix=False):
+def run(tmp_path, corpora, tokenizer, output, resume=None, max_steps=11, mix=False, **settings):
     torch.manual_seed(0)
     model = build_model("tiny", tokenizer)
     args = UATConfig(
-        output_dir=str(output), strategy="multiuat", measure="exptp", mc_samples=2, update_every=3,
+        output_dir=str(output), strategy="multiuat", measure="exptp", update_every=3,
         scorer_lr=1e-2, scorer_steps=20, max_steps=max_steps, max_tokens=300, learning_rate=2e-3, warmup_steps=2,
         save_strategy="steps", save_steps=5, report_to=[], use_cpu=True, seed=7, disable_tqdm=True,
-        logging_steps=100, mix_corpora=mix, mix_pool_batches=2,
+        logging_steps=100, mix_corpora=mix, mix_pool_batches=2, **{"mc_samples": 2, **settings},
     )
     trainer = RecordingTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
                                processing_class=tokenizer)
@@ -62,6 +62,20 @@ def test_resume_mid_epoch_between_updates_continues_exactly(tmp_path, corpora, t
     assert resumed.corpus_distribution.state_dict() == full.corpus_distribution.state_dict()
     assert without_seconds(resumed.corpus_distribution.history) == without_seconds(full.corpus_distribution.history)
     assert resumed.corpus_sampler.state_dict() == full.corpus_sampler.state_dict()
+    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+
+
+def test_resume_with_adaptive_k_continues_exactly(tmp_path, corpora, tokenizer):
+    """Adaptive K's stopping decisions depend only on seeded masks and seeded dev batches, so they resume too."""
+    adaptive = {"mc_samples": 6, "mc_min_samples": 2, "mc_tolerance": 0.5}
+    full, full_history = run(tmp_path, corpora, tokenizer, tmp_path / "full", **adaptive)
+    shutil.copytree(tmp_path / "full" / "checkpoint-5", tmp_path / "partial" / "checkpoint-5")
+    shutil.copy(tmp_path / "full" / HISTORY_FILE, tmp_path / "partial" / HISTORY_FILE)
+    resumed, resumed_history = run(tmp_path, corpora, tokenizer, tmp_path / "partial", resume=True, **adaptive)
+    assert all(h["mc_samples_used"] in (2, 4, 6) for h in full_history)
+    assert without_seconds(resumed_history) == without_seconds(full_history)
+    assert resumed.trained_batches == full.trained_batches[5:]
     for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
 

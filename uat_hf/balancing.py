@@ -120,7 +120,8 @@ def balancing_reward(config: UATConfig, model: Any, tokenizer: Any, accelerator:
     codes = language_code_ids(tokenizer)
     if config.strategy == "multiuat":
         reward = UncertaintyReward(config.measure, config.mc_samples, eos_token_id=_eos_token_id(model, tokenizer),
-                                   mode=config.mc_batch_mode, language_code_ids=codes)
+                                   mode=config.mc_batch_mode, language_code_ids=codes,
+                                   tolerance=config.mc_tolerance, min_samples=config.mc_min_samples)
     elif config.strategy == "multidds-s":
         from .gradient_cosine import GradientCosineReward
 

@@ -91,6 +91,18 @@ class BalancingArguments:
         },
     )
     mc_samples: int = field(default=30, metadata={"help": "K, Monte Carlo dropout passes per dev batch."})
+    mc_tolerance: float | None = field(
+        default=None,
+        metadata={
+            "help": "multiuat: adaptive K. The MC passes run in blocks of mc_min_samples and stop once every corpus's "
+            "reward is known to this fraction of the rewards' spread: max_n SE_n <= mc_tolerance * (max_n R_n - "
+            "min_n R_n), SE_n the standard error of corpus n's mean over its passes; never more than mc_samples. "
+            "Unset (default): always mc_samples passes, as in the paper."
+        },
+    )
+    mc_min_samples: int = field(
+        default=5, metadata={"help": "multiuat with mc_tolerance: the fewest MC passes, and the block size (>= 2)."}
+    )
     update_every: int = field(default=1000, metadata={"help": "S, optimizer steps between two balancing updates."})
     scorer_lr: float = field(default=1e-4, metadata={"help": "Adam learning rate of the corpus scorer ψ."})
     scorer_steps: int = field(default=200, metadata={"help": "Adam steps on the scorer per balancing update."})

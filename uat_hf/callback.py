@@ -240,12 +240,10 @@ class CorpusBalancingCallback(TrainerCallback):
         process_index, num_processes = self._shard()
         dev_batches = self.dev_batches()
         train_batches = self._train_batches(process_index, num_processes) if self.reward.needs_train_batches else None
-        seed = self.dropout_seed(process_index)
         with self._training_precision():
-            shares = self.reward.compute(model, dev_batches, train_batches, process_index=process_index,
-                                         num_processes=num_processes, seed=seed)
-        totals = {key: self._sum_over_ranks(value) for key, value in shares.items()}
-        return self.reward.finalize(totals)
+            return self.reward.rewards_over_ranks(model, dev_batches, train_batches, process_index=process_index,
+                                                  num_processes=num_processes, reduce=self._sum_over_ranks,
+                                                  seed=lambda block: self.dropout_seed(process_index, block))
 
     def _finish(self, record: dict, seconds: float) -> None:
         """Time the update's record, append it to the history file and queue its numbers for the next log."""
@@ -256,6 +254,8 @@ class CorpusBalancingCallback(TrainerCallback):
         self._pending_logs = {f"balance/p_{n}": record["probabilities"][n] for n in names}
         self._pending_logs.update({f"balance/reward_{n}": record["rewards"][n] for n in names})
         self._pending_logs["balance/seconds"] = record["seconds"]
+        if "mc_samples_used" in record:
+            self._pending_logs["balance/mc_samples_used"] = record["mc_samples_used"]
 
     def dev_batches(self) -> list[list[dict]]:
         """The collated dev batches of every corpus for the next update (seeded by the seed and the update count),
@@ -281,9 +281,11 @@ class CorpusBalancingCallback(TrainerCallback):
         return [[draw(j, (i, j), 2) if j % num_processes == process_index else None for j in range(len(names))]
                 for i in range(len(names))]
 
-    def dropout_seed(self, process_index: int = 0) -> int:
-        """Seed of this rank's MC-dropout masks (or gradient-cosine dropout) for the next update."""
-        return int(np.random.SeedSequence([self.seed, self.update_count, process_index]).generate_state(1)[0])
+    def dropout_seed(self, process_index: int = 0, block: int = 0) -> int:
+        """Seed of this rank's MC-dropout masks (or gradient-cosine dropout) for the next update; ``block`` > 0:
+        for adaptive K's later blocks of passes."""
+        key = [self.seed, self.update_count, process_index] + ([block] if block else [])
+        return int(np.random.SeedSequence(key).generate_state(1)[0])
 
     def _token_batches(self, dataset, lengths: np.ndarray, tokens: int, corpus: int | Sequence[int],
                        purpose: int) -> list[dict]:
@@ -302,11 +304,16 @@ class CorpusBalancingCallback(TrainerCallback):
             return 0, 1
         return self.accelerator.process_index, self.accelerator.num_processes
 
-    def _sum_over_ranks(self, value: np.ndarray) -> np.ndarray:
+    def _sum_over_ranks(self, shares: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every share summed over the ranks in one all-reduce (the arrays laid end to end), not one per key."""
+        arrays = {key: np.asarray(value, dtype=np.float64) for key, value in shares.items()}
         if self.accelerator is None or self.accelerator.num_processes == 1:
-            return np.asarray(value, dtype=np.float64)
-        tensor = torch.as_tensor(np.asarray(value, dtype=np.float64), device=self.accelerator.device)
-        return self.accelerator.reduce(tensor, reduction="sum").cpu().numpy()
+            return arrays
+        flat = np.concatenate([a.ravel() for a in arrays.values()])
+        tensor = torch.as_tensor(flat, device=self.accelerator.device)
+        summed = self.accelerator.reduce(tensor, reduction="sum").cpu().numpy()
+        ends = np.cumsum([a.size for a in arrays.values()])
+        return {key: part.reshape(a.shape) for (key, a), part in zip(arrays.items(), np.split(summed, ends[:-1]))}
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:

@@ -135,6 +135,8 @@ def sentence_uncertainty(
     entropy: Tensor | None,
     mask: Tensor,
     eos_index: Tensor | None = None,
+    *,
+    validate: bool = True,
 ) -> Tensor:
     """One uncertainty value per sentence (higher = more uncertain), shape ``[B]``.
 
@@ -147,6 +149,9 @@ def sentence_uncertainty(
             they are (NaN included).
         eos_index: ``[B]`` long, the position of EOS in each sentence; required by ``enteos`` (see
             :func:`eos_positions`).
+        validate: check that every sentence has a real position and that ``eos_index`` points at one. Each check
+            waits for the device; a caller that measures the same ``mask`` and ``eos_index`` K times checks them
+            once and passes ``False``.
 
     Definitions (all over the real positions of a sentence; see the module docstring for the sources):
 
@@ -180,7 +185,7 @@ def sentence_uncertainty(
         raise ValueError(f"mask shape {tuple(mask.shape)} does not match max_prob shape {tuple(max_prob.shape)}.")
     mask = mask.to(device=max_prob.device, dtype=torch.bool)
     count = mask.sum(dim=1)
-    empty = (count == 0).nonzero().flatten()
+    empty = (count == 0).nonzero().flatten() if validate else count[:0]
     if empty.numel():
         raise ValueError(
             f"Sentences {empty.tolist()} of the batch have no real target position (mask all False); "
@@ -205,9 +210,9 @@ def sentence_uncertainty(
         eos_index = eos_index.to(device=m.device, dtype=torch.long).reshape(-1)
         if eos_index.numel() != m.shape[0]:
             raise ValueError(f"eos_index has {eos_index.numel()} entries for a batch of {m.shape[0]} sentences.")
-        if ((eos_index < 0) | (eos_index >= m.shape[1])).any():
+        if validate and ((eos_index < 0) | (eos_index >= m.shape[1])).any():
             raise ValueError(f"eos_index {eos_index.tolist()} outside the target length {m.shape[1]}.")
-        if not mask.gather(1, eos_index[:, None]).all():
+        if validate and not mask.gather(1, eos_index[:, None]).all():
             raise ValueError("eos_index points at a pad position (mask False) for some sentence.")
         return h.gather(1, eos_index[:, None]).squeeze(1)
 

@@ -18,7 +18,7 @@ encoder-decoder or a causal LM (:func:`require_supported_model`). The rewards th
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from torch import nn
 
 from .causal_model import causal_target_logits, is_causal_lm
 from .columns import MODEL_COLUMNS
-from .measures import IGNORE_INDEX
+from .measures import IGNORE_INDEX, position_statistics
 
 __all__ = [
     "BalancingReward",
@@ -39,11 +39,15 @@ __all__ = [
     "scored_mask",
     "sharding",
     "target_logits",
+    "target_statistics",
 ]
 
 #: Model types whose logits are ``lm_head(decoder hidden state) [+ final_logits_bias]``: for them the output
 #: layer can be applied to real target positions only.
 _HEAD_ON_HIDDEN_TYPES = {"marian", "bart", "mbart", "pegasus", "m2m_100", "blenderbot", "blenderbot-small"}
+
+#: Logits :func:`target_statistics` lets live at once (float32: 64 MiB, and log_softmax's few temporaries of it).
+STATISTICS_ELEMENTS = 1 << 24
 
 
 class BalancingReward:
@@ -62,6 +66,24 @@ class BalancingReward:
         seed: int = 0,
     ) -> dict[str, np.ndarray]:
         raise NotImplementedError
+
+    def rewards_over_ranks(
+        self,
+        model: nn.Module,
+        dev_batches: Sequence[Sequence[Mapping[str, torch.Tensor]]],
+        train_batches: Sequence[Sequence[Mapping[str, torch.Tensor]]] | None = None,
+        *,
+        process_index: int,
+        num_processes: int,
+        seed: Callable[[int], int],
+        reduce: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]],
+    ) -> tuple[np.ndarray, dict]:
+        """The rewards and the record's extra fields: this rank's shares (:meth:`compute`, its randomness seeded by
+        ``seed(0)``), summed over the ranks by ``reduce``, finished by :meth:`finalize`. A reward that measures in
+        blocks (MultiUAT's adaptive K) overrides it and seeds block b with ``seed(b)``."""
+        shares = self.compute(model, dev_batches, train_batches, process_index=process_index,
+                              num_processes=num_processes, seed=seed(0))
+        return self.finalize(reduce(shares))
 
     def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
         """Refuse, before training starts, a model this reward cannot measure (``accelerator``: the Trainer's,
@@ -198,20 +220,59 @@ def target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: tor
     output layer then runs at every position. A decoder-only model's logits are shifted by one
     (:func:`~uat_hf.causal_model.causal_target_logits`).
     """
+    features, head = _target_features(model, batch, mask)
+    return head(features)
+
+
+def target_statistics(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: torch.Tensor,
+                      max_elements: int = STATISTICS_ELEMENTS) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~uat_hf.measures.position_statistics` (max probability, entropy) of :func:`target_logits`, [M] each,
+    with the output layer and the softmax applied to at most ``max_elements`` logits at a time.
+
+    Why: the statistics need two numbers per position, not the logits; log_softmax over a large vocabulary
+    (256K for NLLB) at every target position of a replicated batch would hold several [M, V] float32 copies
+    at once, more memory than the training step. Each row's numbers are those of the whole-batch computation.
+    """
+    features, head = _target_features(model, batch, mask)
+    width = head.vocabulary if isinstance(head, _OutputLayer) else features.shape[-1]
+    rows = max(1, max_elements // max(width, 1))
+    parts = [position_statistics(head(features[start:start + rows]))
+             for start in range(0, max(features.shape[0], 1), rows)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def _target_features(model: nn.Module, batch: Mapping[str, torch.Tensor],
+                     mask: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """``(features, head)`` with ``head(features)`` the logits of :func:`target_logits`: the decoder's hidden
+    states at ``mask`` and the output layer where it can be applied to them alone, else the logits themselves
+    and the identity."""
     if is_causal_lm(model):
-        return causal_target_logits(model, batch, mask, whole=sharding(model) is not None)
+        return causal_target_logits(model, batch, mask, whole=sharding(model) is not None), _identity
     if "decoder_input_ids" not in batch:
         inputs = {k: batch[k] for k in MODEL_COLUMNS if k in batch}
-        return model(**inputs).logits[mask]
+        return model(**inputs).logits[mask], _identity
     keys = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
     inputs = {k: batch[k] for k in keys if k in batch}
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: adapters are in its layers
     head_on_hidden = getattr(base.config, "model_type", None) in _HEAD_ON_HIDDEN_TYPES and hasattr(base, "model")
     if head_on_hidden and sharding(model) is None:
         hidden = base.model(**inputs).last_hidden_state[mask]
-        logits = base.get_output_embeddings()(hidden)
-        bias = getattr(base, "final_logits_bias", None)
-        return logits + bias[0] if bias is not None else logits
-    return model(**inputs).logits[mask]
+        return hidden, _OutputLayer(base)
+    return model(**inputs).logits[mask], _identity
 
 
+class _OutputLayer:
+    """The output layer of ``base`` (and its ``final_logits_bias``), applied to hidden states."""
+
+    def __init__(self, base: nn.Module) -> None:
+        self.layer = base.get_output_embeddings()
+        self.bias = getattr(base, "final_logits_bias", None)
+        self.vocabulary = int(self.layer.weight.shape[0])
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.layer(hidden)
+        return logits + self.bias[0] if self.bias is not None else logits

@@ -80,6 +80,8 @@ NUMBER_RULES = (
     NumberRule("generation_num_beams", 1, optional=True),
     NumberRule("generation_max_length", 1, optional=True),
     NumberRule("mc_samples", 1),
+    NumberRule("mc_tolerance", 0, strict=True, optional=True),
+    NumberRule("mc_min_samples", 2),
     NumberRule("update_every", 1),
     NumberRule("scorer_steps", 1),
     NumberRule("scorer_lr", 0),
@@ -132,6 +134,7 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
                 "scorer_lr=0 cannot fit the scorer to its prior (scorer_prior_fit='released' uses the scorer's Adam); "
                 "use scorer_prior_fit='exact' for a scorer that stays at its prior, or a static strategy."
             )
+        self._check_adaptive_k()
         if self.mc_batch_mode not in MC_BATCH_MODES:
             raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")
         if self.is_dynamic and self.max_steps > 0 and self.update_every >= self.max_steps:
@@ -139,6 +142,23 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
                 f"update_every={self.update_every} >= max_steps={self.max_steps}: strategy {self.strategy!r} would "
                 "never re-balance (the first update comes after update_every steps). Lower update_every or raise "
                 "max_steps, or use a static strategy."
+            )
+
+    def _check_adaptive_k(self) -> None:
+        """Adaptive K stops MultiUAT's Monte Carlo passes early: another strategy has no passes to stop, so setting it
+        there would silently do nothing."""
+        if self.mc_tolerance is None:
+            return
+        if self.strategy != "multiuat":
+            raise ValueError(
+                f"mc_tolerance={self.mc_tolerance} (adaptive K) stops the Monte Carlo dropout passes of strategy "
+                f"'multiuat', but strategy is {self.strategy!r}, which runs none. Remove mc_tolerance, or use "
+                "strategy 'multiuat'."
+            )
+        if self.mc_min_samples > self.mc_samples:
+            raise ValueError(
+                f"mc_min_samples={self.mc_min_samples} > mc_samples={self.mc_samples}: adaptive K runs at least "
+                "mc_min_samples and at most mc_samples passes. Lower mc_min_samples or raise mc_samples."
             )
 
     def _check_dataloader_settings(self) -> None:

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from .measures import eos_positions, needs_entropy, needs_eos, position_statistics, sentence_uncertainty
-from .rewards import BalancingReward, dropout_active, model_device, scored_mask, sharding, target_logits
+from .measures import eos_positions, needs_entropy, needs_eos, sentence_uncertainty
+from .rewards import BalancingReward, dropout_active, model_device, scored_mask, sharding, target_statistics
 
 __all__ = ["SCHEDULES", "UncertaintyReward", "batch_sentence_uncertainty", "dropout_rates", "mc_dropout"]
 
@@ -65,16 +65,49 @@ def batch_sentence_uncertainty(
     """Per-sentence uncertainty [B] of one forward pass (dropout as currently set on the model), over the
     positions :func:`~uat_hf.rewards.scored_mask` keeps (a leading language code of ``language_code_ids`` is
     not scored)."""
-    labels = batch["labels"]
-    mask = scored_mask(labels, language_code_ids)
-    flat_max, flat_entropy = position_statistics(target_logits(model, batch, mask))
-    max_prob = torch.ones(labels.shape, dtype=flat_max.dtype, device=labels.device)
-    max_prob[mask] = flat_max
-    entropy = torch.zeros(labels.shape, dtype=flat_max.dtype, device=labels.device)
+    targets = _Targets.of(batch["labels"], measure, eos_token_id, language_code_ids)
+    return _uncertainty(model, batch, measure, targets, validate=True)
+
+
+class _Targets(NamedTuple):
+    """What a dev batch's labels fix for all its K passes, computed once: the scored positions, and for
+    ``enteos`` the one position per row whose entropy it reads (the output layer runs there only)."""
+
+    mask: torch.Tensor
+    eos_mask: torch.Tensor | None
+
+    @classmethod
+    def of(cls, labels: torch.Tensor, measure: str, eos_token_id: int | None,
+           language_code_ids: Collection[int]) -> _Targets:
+        mask = scored_mask(labels, language_code_ids)
+        if not needs_eos(measure):
+            return cls(mask, None)
+        eos_mask = torch.zeros_like(mask)
+        eos_mask[torch.arange(labels.shape[0], device=labels.device), eos_positions(labels, eos_token_id, mask)] = True
+        return cls(mask, eos_mask)
+
+    def repeat(self, copies: int) -> _Targets:
+        return _Targets(*(None if t is None else t.repeat(copies, 1) for t in self))
+
+
+def _uncertainty(model: nn.Module, batch: Mapping[str, torch.Tensor], measure: str, targets: _Targets, *,
+                 validate: bool) -> torch.Tensor:
+    """One pass's per-sentence uncertainty [B]; ``validate``: check the rows (host syncs), once per batch.
+
+    ``enteos`` needs the entropy at each row's EOS and nothing else, so the output layer and the softmax run
+    at B positions instead of every target position (:func:`~uat_hf.measures.eos_positions` already refuses a
+    row without a real position, so nothing is left to validate).
+    """
+    if targets.eos_mask is not None:
+        return target_statistics(model, batch, targets.eos_mask)[1]  # one position per row, in row order
+    flat_max, flat_entropy = target_statistics(model, batch, targets.mask)
+    shape, device = targets.mask.shape, flat_max.device
+    max_prob = torch.ones(shape, dtype=flat_max.dtype, device=device)
+    max_prob[targets.mask] = flat_max
+    entropy = torch.zeros(shape, dtype=flat_max.dtype, device=device)
     if needs_entropy(measure):
-        entropy[mask] = flat_entropy
-    eos_index = eos_positions(labels, eos_token_id, mask) if needs_eos(measure) else None
-    return sentence_uncertainty(measure, max_prob, entropy, mask, eos_index)
+        entropy[targets.mask] = flat_entropy
+    return sentence_uncertainty(measure, max_prob, entropy, targets.mask, validate=validate)
 
 
 def _repeat(batch: Mapping[str, torch.Tensor], copies: int) -> dict[str, torch.Tensor]:
@@ -103,6 +136,13 @@ class UncertaintyReward(BalancingReward):
             rank; ranks can compute one another's plan, so this needs no communication. The real passes and
             their dropout masks are those of ``split``, so the rewards are bit-identical to it. ``auto``
             (default): ``padded`` when the model is sharded (:func:`~uat_hf.rewards.sharding`), else ``split``.
+        tolerance: adaptive K (``None``, the default: always K passes, as the paper). The passes run in blocks of
+            ``min_samples``; after each block, with n passes done per corpus, R_n is the mean of corpus n's
+            per-pass rewards and SE_n their sample standard deviation over sqrt(n), and the passes stop once
+            ``n >= min_samples`` and ``max_n SE_n <= tolerance * (max_n R_n - min_n R_n)``: every reward is known
+            to a fraction of the spread the scorer reacts to. Never more than K passes. The statistics are summed
+            over the ranks before the rule is read, so every rank stops after the same block.
+        min_samples: the fewest passes adaptive K runs (and its block size); at least 2, for a standard error.
     """
 
     def __init__(
@@ -115,9 +155,14 @@ class UncertaintyReward(BalancingReward):
         replicate_tokens: int = 65536,
         schedule: str = "auto",
         language_code_ids: Collection[int] = (),
+        tolerance: float | None = None,
+        min_samples: int = 5,
     ) -> None:
         if mc_samples < 1:
             raise ValueError(f"mc_samples (K) must be >= 1, got {mc_samples}.")
+        if tolerance is not None and not (tolerance > 0 and 2 <= min_samples <= mc_samples):
+            raise ValueError(f"Adaptive K needs mc_tolerance > 0 and 2 <= mc_min_samples <= mc_samples, got "
+                             f"mc_tolerance={tolerance}, mc_min_samples={min_samples}, mc_samples={mc_samples}.")
         if needs_eos(measure) and eos_token_id is None:
             raise ValueError(
                 f"Measure {measure!r} needs the EOS token id, but the model/tokenizer defines none "
@@ -135,6 +180,8 @@ class UncertaintyReward(BalancingReward):
         self.replicate_tokens = int(replicate_tokens)
         self.schedule = schedule
         self.language_code_ids = frozenset(int(i) for i in language_code_ids)
+        self.tolerance = tolerance
+        self.min_samples = int(min_samples)
 
     def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
         """MC dropout on a model without dropout measures nothing: refuse before training starts. (Sharding is
@@ -149,15 +196,17 @@ class UncertaintyReward(BalancingReward):
                 f"model is 0{checked}. Set a dropout rate (e.g. config.dropout=0.1) or choose a static strategy."
             )
 
-    def passes_for_rank(self, num_corpora: int, process_index: int, num_processes: int) -> np.ndarray:
-        """How many of each corpus's K passes this rank runs (work item n·K + k goes to rank item mod P)."""
-        items = np.arange(num_corpora * self.mc_samples)
+    def passes_for_rank(self, num_corpora: int, process_index: int, num_processes: int,
+                        passes: int | None = None) -> np.ndarray:
+        """How many of each corpus's ``passes`` (default K) this rank runs (item n·K + k goes to rank item mod P)."""
+        passes = self.mc_samples if passes is None else passes
+        items = np.arange(num_corpora * passes)
         mine = items[items % num_processes == process_index]
-        return np.bincount(mine // self.mc_samples, minlength=num_corpora)
+        return np.bincount(mine // passes, minlength=num_corpora)
 
     def forward_plan(
         self, dev_batches: Sequence[Sequence[Mapping[str, torch.Tensor]]], process_index: int, num_processes: int,
-        *, replicate: bool, padded: bool,
+        *, replicate: bool, padded: bool, passes: int | None = None,
     ) -> tuple[np.ndarray, int]:
         """(passes of each corpus this rank runs, discarded forwards it adds after them).
 
@@ -165,38 +214,73 @@ class UncertaintyReward(BalancingReward):
         rank's forward count locally; with ``padded`` it adds the difference to the busiest rank's.
         """
         def forwards(rank: int) -> int:
-            counts = self.passes_for_rank(len(dev_batches), rank, num_processes)
+            counts = self.passes_for_rank(len(dev_batches), rank, num_processes, passes)
             return sum(len(self._chunks(batch, int(passes), replicate))
                        for batches, passes in zip(dev_batches, counts) if passes for batch in batches)
 
-        counts = self.passes_for_rank(len(dev_batches), process_index, num_processes)
+        counts = self.passes_for_rank(len(dev_batches), process_index, num_processes, passes)
         if not padded or num_processes == 1:
             return counts, 0
         return counts, max(forwards(rank) for rank in range(num_processes)) - forwards(process_index)
 
-    def compute(self, model, dev_batches, train_batches=None, *, process_index=0, num_processes=1, seed=0):
+    def blocks(self) -> list[int]:
+        """Passes per corpus of each measuring block: ``[K]``, or with adaptive K blocks of ``min_samples``."""
+        if self.tolerance is None:
+            return [self.mc_samples]
+        full, rest = divmod(self.mc_samples, self.min_samples)
+        return [self.min_samples] * full + ([rest] if rest else [])
+
+    def rewards_over_ranks(self, model, dev_batches, train_batches=None, *, process_index, num_processes, seed,
+                           reduce):
+        """Adaptive K: blocks of passes (block b's masks seeded by ``seed(b)``) until :meth:`converged`."""
+        totals: dict[str, np.ndarray] = {}
+        for block, passes in enumerate(self.blocks()):
+            shares = self.compute(model, dev_batches, process_index=process_index, num_processes=num_processes,
+                                  seed=seed(block), passes=passes)
+            totals = {key: totals.get(key, 0) + value for key, value in reduce(shares).items()}
+            if self.converged(totals):
+                break
+        return self.finalize(totals)
+
+    def converged(self, totals: Mapping[str, np.ndarray]) -> bool:
+        """The stopping rule of adaptive K (see the class docstring) on rank-summed shares; never without it."""
+        n = np.asarray(totals["passes"], dtype=np.float64)
+        if self.tolerance is None or n.min() < self.min_samples:
+            return False
+        mean = totals["rewards"] / n
+        variance = np.maximum(totals["squares"] / n - mean * mean, 0.0) * n / (n - 1)
+        return bool(np.sqrt(variance / n).max() <= self.tolerance * (mean.max() - mean.min()))
+
+    def compute(self, model, dev_batches, train_batches=None, *, process_index=0, num_processes=1, seed=0,
+                passes: int | None = None):
+        """This rank's shares of ``passes`` (default K) passes per corpus: the sums of the per-pass rewards
+        (``rewards``) and of their squares (``squares``, for adaptive K's standard errors), and the passes run
+        (``passes``). The per-pass sums stay on the device until every corpus is measured: one host sync."""
         device = model_device(model)
         replicate = self.mode == "replicate" or (self.mode == "auto" and device.type != "cpu")
         padded = self.schedule == "padded" or (self.schedule == "auto" and sharding(model) is not None)
         counts, extra = self.forward_plan(dev_batches, process_index, num_processes, replicate=replicate,
-                                          padded=padded)
-        share = np.zeros(len(dev_batches), dtype=np.float64)
+                                          padded=padded, passes=passes)
+        sums = torch.zeros(len(dev_batches), 2, dtype=torch.float64, device=device)
         with mc_dropout(model, seed):
-            for corpus, (batches, passes) in enumerate(zip(dev_batches, counts)):
-                if passes == 0:
+            for corpus, (batches, count) in enumerate(zip(dev_batches, counts)):
+                if count == 0:
                     continue
                 batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
                 sentences = sum(int(b["labels"].shape[0]) for b in batches)
-                per_pass = torch.zeros(int(passes), dtype=torch.float64, device=device)
+                per_pass = torch.zeros(int(count), dtype=torch.float64, device=device)
                 for batch in batches:
-                    per_pass += self._pass_sums(model, batch, int(passes), replicate)
-                share[corpus] = float((per_pass / sentences).sum())
+                    per_pass += self._pass_sums(model, batch, int(count), replicate)
+                per_pass = per_pass / sentences
+                sums[corpus, 0] = per_pass.sum()
+                sums[corpus, 1] = (per_pass * per_pass).sum()
             if extra:  # after the real passes, so that their dropout masks are those of the split schedule
                 smallest = min((b for batches in dev_batches for b in batches), key=lambda b: b["labels"].numel())
                 dummy = {k: v[:1].to(device) for k, v in smallest.items()}
                 for _ in range(extra):
                     self._sentences(model, dummy)
-        return {"rewards": share}
+        sums = sums.cpu().numpy()
+        return {"rewards": sums[:, 0], "squares": sums[:, 1], "passes": counts.astype(np.float64)}
 
     def _chunks(self, batch: Mapping[str, torch.Tensor], passes: int, replicate: bool) -> list[int]:
         """How many passes each forward over ``batch`` runs: one each in a loop, or replicated in chunks."""
@@ -210,18 +294,23 @@ class UncertaintyReward(BalancingReward):
         return batch_sentence_uncertainty(model, batch, self.measure, self.eos_token_id, self.language_code_ids)
 
     def _pass_sums(self, model, batch, passes: int, replicate: bool) -> torch.Tensor:
-        """Sum of sentence uncertainties of ``batch`` for each of ``passes`` independent dropout passes."""
+        """Sum of sentence uncertainties of ``batch`` for each of ``passes`` independent dropout passes. What the
+        labels fix (scored positions, EOS) is computed and checked once, so the passes wait for no host sync."""
+        targets = _Targets.of(batch["labels"], self.measure, self.eos_token_id, self.language_code_ids)
         if not replicate:
             return torch.stack([
-                self._sentences(model, batch).double().sum()
-                for _ in range(passes)
+                _uncertainty(model, batch, self.measure, targets, validate=k == 0).double().sum()
+                for k in range(passes)
             ])
         rows = batch["labels"].shape[0]
         sums = []
-        for copies in self._chunks(batch, passes, replicate):
-            values = self._sentences(model, _repeat(batch, copies))
+        for chunk, copies in enumerate(self._chunks(batch, passes, replicate)):
+            values = _uncertainty(model, _repeat(batch, copies), self.measure, targets.repeat(copies),
+                                  validate=chunk == 0)
             sums.append(values.double().view(copies, rows).sum(dim=1))
         return torch.cat(sums)
 
     def finalize(self, totals):
-        return np.asarray(totals["rewards"], dtype=np.float64) / self.mc_samples, {}
+        passes = np.asarray(totals["passes"], dtype=np.float64)
+        extras = {} if self.tolerance is None else {"mc_samples_used": int(passes.min())}
+        return np.asarray(totals["rewards"], dtype=np.float64) / passes, extras
