@@ -126,6 +126,21 @@ def test_dev_batch_is_random_sorted_and_split_by_tokens():
     assert all(len(c) == 1 or len(c) * lengths[c].max() <= 200 for c in chunks)
 
 
+def test_dev_sub_batches_cap_their_padding_under_a_generous_token_cap():
+    """A dev batch of mostly short sentences and a few long ones fits one 4,096-token sub-batch, where the long
+    ones would pad the short ones to 23 % real tokens; split, every sub-batch of several examples is ≥ 75 % real
+    and the whole batch costs at most about 1.4 times its real tokens."""
+    lengths = np.array([8] * 50 + [12] * 10 + [64, 64])
+    chosen = np.arange(len(lengths))
+    assert len(chosen) * lengths.max() <= 4096 and lengths.sum() / (len(chosen) * lengths.max()) < 0.25
+    chunks = split_by_tokens(chosen, lengths, 4096)
+    assert np.array_equal(np.concatenate(chunks), chosen)
+    padded = [len(c) * lengths[c].max() for c in chunks]
+    assert all(len(c) == 1 or lengths[c].sum() >= 0.75 * p for c, p in zip(chunks, padded))
+    assert sum(padded) <= 1.4 * lengths.sum()
+    assert len(split_by_tokens(chosen, lengths, 4096, max_padding=1.0)) == 1  # the padding rule is what splits
+
+
 def test_dev_batches_count_max_of_source_and_target_tokens(corpora, collate):
     """As the authors' fairseq batches (and the training batches): an example counts max(source, target) tokens.
     Here the dev targets are cut to 3 tokens, so counting targets only would draw several times too many."""
