@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import shlex
 from pathlib import Path
@@ -271,8 +272,8 @@ def test_the_qwen_lora_recipe_documents_commands_that_parse():
     (train_argv,) = _documented_commands(path)
     training, _, model, *_ = parse_arguments(train_argv)
     assert model.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct" and model.lora["lora_dropout"] > 0
-    header = " ".join(line.lstrip("# ").strip() for line in path.read_text(encoding="utf-8").splitlines()
-                      if line.startswith("#")).replace("\\ ", "")
+    lines = itertools.takewhile(lambda line: line.startswith("#"), path.read_text(encoding="utf-8").splitlines())
+    header = " ".join(line.lstrip("# ").strip() for line in lines).replace("\\ ", "")
     evaluate_argv = shlex.split(header.split("uat-evaluate", 1)[1])
     data, arguments = parse_evaluate(evaluate_argv)
     assert Path(arguments.model_name_or_path) == Path(training.output_dir)
