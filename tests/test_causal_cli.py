@@ -55,3 +55,15 @@ def _recipe(tmp_path, **changes):
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump({**RECIPE, "output_dir": str(tmp_path / "o"), **changes}))
     return path
+
+
+def test_every_checkpoint_keeps_the_prompt_the_model_was_trained_with(tmp_path):
+    """uat-evaluate asks a model with the prompt saved beside it, the default one when there is none: a checkpoint
+    of a run with its own prompt_template must carry that template, or it is evaluated with another prompt."""
+    from uat_hf.causal_data import CausalPrompt
+
+    template = "{source_language} → {target_language}: {source} ="
+    config = _recipe(tmp_path, prompt_template=template, save_strategy="steps", save_steps=2)
+    assert cli.main(["--config", str(config)]) == 0
+    for step in (2, 4):
+        assert CausalPrompt.from_pretrained(tmp_path / "o" / f"checkpoint-{step}").template == template

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import shlex
 from pathlib import Path
@@ -13,6 +14,7 @@ from uat_hf.cli.arguments import DataArguments, ModelArguments
 from uat_hf.cli.parsing import recipe_to_dataclasses
 from uat_hf.cli.run_arguments import RunArguments
 from uat_hf.cli.train import parse_arguments
+from uat_hf.corpus_specs import corpus_specs_from_directory, resolve_bundled
 from uat_hf.recipe import MODEL_CARD_FILE, RECIPE_FILE, Recipe
 from uat_hf.uat_config import UATConfig
 
@@ -244,3 +246,35 @@ def test_dead_helpers_are_gone():
     assert not hasattr(Recipe, "updated")
     assert not hasattr(CorpusBatchSampler, "corpus_of")
     assert not hasattr(callback, "STATE_FILE")
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_recipe_names_data_that_exists(path):
+    """A recipe's corpus_dir resolves (``bundled:`` included) to every corpus it names, with the dev split and the
+    split it is evaluated on. The Qwen LoRA recipe cannot run here (its model is on the Hub): this is what can be
+    checked of it offline, so a user fails on nothing but the download."""
+    _, data, _, _ = recipe_to_dataclasses(Recipe.from_pretrained(path))
+    if data.corpus_dir is None:
+        pytest.skip("Hub corpus specs, checked by test_paper_recipes_carry_the_paper_hyperparameters")
+    specs = corpus_specs_from_directory(resolve_bundled(data.corpus_dir), data.source_lang, data.target_lang,
+                                        corpora=data.corpora, direction=data.direction)
+    assert specs and (data.corpora is None or [s.name for s in specs] == list(data.corpora))
+    for spec in specs:
+        for split in ("train", "dev", data.eval_split):
+            assert getattr(spec, split) and Path(getattr(spec, split)).is_file(), (path.name, spec.name, split)
+
+
+def test_the_qwen_lora_recipe_documents_commands_that_parse():
+    """Its header's uat-train and uat-evaluate commands parse, and uat-evaluate reads the model uat-train writes."""
+    from uat_hf.cli.evaluate import parse_arguments as parse_evaluate
+
+    path = RECIPES_DIR / "finetune_qwen2.5_0.5b_lora_multilingual.yaml"
+    (train_argv,) = _documented_commands(path)
+    training, _, model, *_ = parse_arguments(train_argv)
+    assert model.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct" and model.lora["lora_dropout"] > 0
+    lines = itertools.takewhile(lambda line: line.startswith("#"), path.read_text(encoding="utf-8").splitlines())
+    header = " ".join(line.lstrip("# ").strip() for line in lines).replace("\\ ", "")
+    evaluate_argv = shlex.split(header.split("uat-evaluate", 1)[1])
+    data, arguments = parse_evaluate(evaluate_argv)
+    assert Path(arguments.model_name_or_path) == Path(training.output_dir)
+    assert Path(resolve_bundled(data.corpus_dir)).is_dir() and data.corpora == ["fr", "de", "cs", "ko"]

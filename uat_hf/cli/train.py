@@ -105,6 +105,7 @@ def prepare(
 
     from ..presets import build_model
     from ..uat_trainer import UATTrainer
+    from .checkpoint_prompt import PromptInCheckpoints
     from .time_budget import TimeBudgetCallback
 
     start = time.monotonic() if start is None else start
@@ -178,6 +179,8 @@ def prepare(
     callbacks = []
     if run_args is not None and run_args.max_train_minutes is not None:
         callbacks.append(TimeBudgetCallback(run_args.max_train_minutes * 60))
+    if prompt is not None:
+        callbacks.append(PromptInCheckpoints(prompt))
     trainer = UATTrainer(
         model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=dev, processing_class=tokenizer,
         callbacks=callbacks, corpus_generation_kwargs=corpus_generation_kwargs,
