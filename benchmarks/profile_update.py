@@ -167,9 +167,10 @@ def main() -> None:
     if options.steps < 3:
         parser.error("--steps must be >= 3: a cold update, a timed one, a profiled one.")
     tokenizer, data = load_data(options)
-    results = [profile(options, tokenizer, data, strategy) for strategy in options.strategies]
-    for result in results:
-        report(result, options, len(data["train"]))
+    results = []
+    for strategy in options.strategies:
+        results.append(profile(options, tokenizer, data, strategy))
+        report(results[-1], options, len(data["train"]))
     if options.json:
         Path(options.json).write_text(json.dumps({"options": vars(options), "results": results}, indent=1))
 

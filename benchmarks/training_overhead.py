@@ -125,6 +125,7 @@ class Run:
     seconds: float  # wall time of trainer.train()
     in_updates: float  # of which inside the balancing updates (or mixing-law's measuring)
     updates: int
+    train_tokens: int = 0  # padded source + target tokens of the training batches (a changed p changes them)
     step_peak_mb: float | None = None  # CUDA allocator peak inside a training step (--memory)
     update_peak_mb: float | None = None  # ... inside a balancing update
     error: str | None = None  # e.g. out of memory
@@ -156,12 +157,27 @@ class PeakMemory:
         setattr(owner, method, measured)
 
 
+def count_train_tokens(trainer: UATTrainer) -> list[int]:
+    """A one-item list that counts the padded tokens of every training batch ``trainer.training_step`` receives:
+    after an update the batches come from other corpora, so their shapes and cost differ from the static run's."""
+    count = [0]
+    inner = trainer.training_step
+
+    def counted(model: Any, inputs: dict, *args: Any, **kwargs: Any) -> Any:
+        count[0] += sum(int(inputs[key].numel()) for key in ("input_ids", "labels") if key in inputs)
+        return inner(model, inputs, *args, **kwargs)
+
+    trainer.training_step = counted
+    return count
+
+
 def timed_run(options: argparse.Namespace, tokenizer: Any, data: dict, strategy: str, steps: int,
               update_every: int, **config: Any) -> Run:
     """Train once; the wall time, the part of it inside updates and (``options.memory`` on CUDA) the peaks."""
     with tempfile.TemporaryDirectory() as out:
         trainer = make_trainer(options, tokenizer, data, strategy, out, steps, update_every, **config)
         memory = PeakMemory(trainer) if getattr(options, "memory", False) and torch.cuda.is_available() else None
+        tokens = count_train_tokens(trainer)
         error = None
         start = time.perf_counter()
         try:
@@ -170,7 +186,7 @@ def timed_run(options: argparse.Namespace, tokenizer: Any, data: dict, strategy:
             error = f"out of memory: {str(oom).splitlines()[0]}"
         seconds = time.perf_counter() - start
         history = load_history(out) if (Path(out) / HISTORY_FILE).exists() else []
-        run = Run(strategy, seconds, sum(r["seconds"] for r in history), len(history), error=error)
+        run = Run(strategy, seconds, sum(r["seconds"] for r in history), len(history), tokens[0], error=error)
         if memory is not None:
             run.step_peak_mb, run.update_peak_mb = (memory.peaks[k] / 2**20 for k in ("step", "update"))
         del trainer
@@ -206,6 +222,7 @@ def summarize(runs: Sequence[Run]) -> dict[str, dict[str, float]]:
                             ("outside", [r.seconds - r.in_updates for r in mine])):
             row.update({f"{key}_median": statistics.median(values), f"{key}_min": min(values),
                         f"{key}_max": max(values)})
+        row["train_tokens_median"] = statistics.median(r.train_tokens for r in mine)
         table[strategy] = row
     return table
 
@@ -229,16 +246,18 @@ def forward_seconds(options: argparse.Namespace, tokenizer: Any, data: dict, pas
 def print_table(table: dict, runs: Sequence[Run]) -> None:
     base = table.get(STATIC)
     print(f"{'strategy':<13} {'e2e median [min-max] s':>26} {'vs static':>10} {'in updates [min-max] s':>26} "
-          f"{'outside updates vs static':>26}  peak MB step/update")
+          f"{'outside updates vs static':>26} {'tokens vs static':>17}  peak MB step/update")
     for strategy, row in table.items():
         vs = f"{100 * (row['e2e_median'] / base['e2e_median'] - 1):+9.2f}%" if base else "-"
         outside = f"{100 * (row['outside_median'] / base['outside_median'] - 1):+25.2f}%" if base else "-"
+        tokens = (f"{100 * (row['train_tokens_median'] / base['train_tokens_median'] - 1):+16.2f}%"
+                  if base and base["train_tokens_median"] else "-")
         peaks = [r for r in runs if r.strategy == strategy and r.step_peak_mb is not None]
         peak = (f"{max(r.step_peak_mb for r in peaks):,.0f} / {max(r.update_peak_mb for r in peaks):,.0f}"
                 if peaks else "-")
         print(f"{strategy:<13} {row['e2e_median']:10.2f} [{row['e2e_min']:.2f}-{row['e2e_max']:.2f}]"
               f" {vs:>10} {row['updates_median']:10.2f} [{row['updates_min']:.2f}-{row['updates_max']:.2f}]"
-              f" {outside:>26}  {peak}")
+              f" {outside:>26} {tokens:>17}  {peak}")
     for run in runs:
         if run.error:
             print(f"{run.strategy}: {run.error}")

@@ -68,13 +68,14 @@ def test_repeats_interleave_the_strategies():
 
 
 def test_summary_gives_medians_spreads_and_the_time_outside_updates():
-    runs = [overhead.Run("proportional", s, 0.0, 0) for s in (10.0, 14.0, 11.0)]
+    runs = [overhead.Run("proportional", s, 0.0, 0, t) for s, t in ((10.0, 900), (14.0, 1000), (11.0, 950))]
     runs += [overhead.Run("multiuat", s, u, 2) for s, u in ((12.0, 1.0), (11.5, 0.5), (30.0, 1.5))]
     runs.append(overhead.Run("multiuat", float("nan"), 0.0, 0, error="out of memory"))  # left out
     table = overhead.summarize(runs)
     assert table["proportional"] == pytest.approx({
         "e2e_median": 11.0, "e2e_min": 10.0, "e2e_max": 14.0, "updates_median": 0.0, "updates_min": 0.0,
-        "updates_max": 0.0, "outside_median": 11.0, "outside_min": 10.0, "outside_max": 14.0})
+        "updates_max": 0.0, "outside_median": 11.0, "outside_min": 10.0, "outside_max": 14.0,
+        "train_tokens_median": 950})
     assert table["multiuat"]["e2e_median"] == 12.0  # a slow outlier moves the median, not the fastest, rows
     assert table["multiuat"]["updates_median"] == 1.0
     assert table["multiuat"]["outside_median"] == 11.0 and table["multiuat"]["outside_max"] == 28.5
