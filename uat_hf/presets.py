@@ -1,4 +1,5 @@
-"""Model presets: the paper's Transformer sizes as ``MarianConfig`` keyword arguments, plus CPU sizes.
+"""Model presets: the paper's Transformer sizes as ``MarianConfig`` keyword arguments, plus CPU sizes, and
+published architectures (NLLB-600M) with random weights for benchmarks.
 
 The paper trains fairseq Transformers from scratch; ``MarianMTModel`` is the same architecture (post-norm
 encoder-decoder, sinusoidal positions, embeddings scaled by sqrt(d_model), shared joint-vocabulary
@@ -15,7 +16,7 @@ from .causal_models import build_causal_model, is_causal_checkpoint
 from .hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_id, is_hub_unreachable
 
 if TYPE_CHECKING:  # the model classes import torch: only the functions that build a model load them
-    from transformers import MarianMTModel, PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _FAIRSEQ_STYLE: dict[str, Any] = {
     "activation_function": "relu",
@@ -56,6 +57,20 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": _transformer(layers=1, heads=2, d_model=32, ffn=64, dropout=0.1, max_positions=128),
 }
 
+#: ``M2M100Config`` keyword arguments of published architectures, built with random weights (no download), so that
+#: a benchmark measures costs at their size. The vocabulary is the architecture's own, not the tokenizer's
+#: (whose ids must fit in it): a 256K-entry output layer is what such a model pays for at every target position.
+ARCHITECTURE_PRESETS: dict[str, dict[str, Any]] = {
+    # facebook/nllb-200-distilled-600M's config.json (M2M100, pre-norm, 615M parameters).
+    "nllb-600m-config": {
+        "vocab_size": 256206, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
+        "encoder_attention_heads": 16, "decoder_attention_heads": 16, "encoder_ffn_dim": 4096,
+        "decoder_ffn_dim": 4096, "activation_function": "relu", "dropout": 0.1, "attention_dropout": 0.1,
+        "activation_dropout": 0.0, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0, "scale_embedding": True,
+        "max_position_embeddings": 1024, "init_std": 0.02,
+    },
+}
+
 _DEFAULT_NUM_BEAMS = 4
 _DEFAULT_GENERATION_MAX_LENGTH = 256
 
@@ -79,7 +94,8 @@ def build_model(
         num_beams, max_length: generation defaults stored in ``model.generation_config``. For a preset
             they default to 4 beams and ``min(256, max_position_embeddings)`` tokens; for a pretrained
             model its own generation config is kept unless they are given.
-        **overrides: ``MarianConfig`` fields (e.g. ``dropout=0.2``) on top of the preset, or config
+        **overrides: ``MarianConfig`` fields (e.g. ``dropout=0.2``) on top of the preset (``M2M100Config`` fields
+            for an :data:`ARCHITECTURE_PRESETS` entry), or config
             attributes passed to ``from_pretrained``.
         lora: ``peft.LoraConfig`` fields: train a LoRA adapter (decoder-only models only).
 
@@ -95,7 +111,7 @@ def build_model(
     if lora:
         raise ValueError(f"lora is supported for decoder-only models; {preset_or_path!r} is a seq2seq model (wrap it "
                          "with peft.get_peft_model yourself, see docs/distributed.md).")
-    if preset_or_path in MODEL_PRESETS:
+    if preset_or_path in MODEL_PRESETS or preset_or_path in ARCHITECTURE_PRESETS:
         model = _model_from_preset(preset_or_path, tokenizer, overrides)
         num_beams = _DEFAULT_NUM_BEAMS if num_beams is None else num_beams
         max_length = max_length or min(_DEFAULT_GENERATION_MAX_LENGTH, model.config.max_position_embeddings)
@@ -103,7 +119,8 @@ def build_model(
         model = _pretrained_model(preset_or_path, tokenizer, overrides)
     else:
         raise ValueError(
-            f"Unknown model {preset_or_path!r}: not a preset ({sorted(MODEL_PRESETS)}), not a local model directory, "
+            f"Unknown model {preset_or_path!r}: not a preset ({sorted(MODEL_PRESETS)}, or with random weights "
+            f"{sorted(ARCHITECTURE_PRESETS)}), not a local model directory, "
             "and not a Hub id of the form 'org/name'."
         )
     if num_beams is not None:
@@ -113,26 +130,40 @@ def build_model(
     return model
 
 
-def _model_from_preset(preset: str, tokenizer: PreTrainedTokenizerBase, overrides: dict[str, Any]) -> MarianMTModel:
+def _model_from_preset(preset: str, tokenizer: PreTrainedTokenizerBase, overrides: dict[str, Any]) -> PreTrainedModel:
     if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
         raise ValueError("The tokenizer needs a pad and an EOS token to build a translation model from a preset.")
-    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+    from transformers import (
+        GenerationConfig,
+        M2M100Config,
+        M2M100ForConditionalGeneration,
+        MarianConfig,
+        MarianMTModel,
+    )
 
-    vocab_size = len(tokenizer)
     special_ids = {
-        "vocab_size": vocab_size,
-        "decoder_vocab_size": vocab_size,
         "pad_token_id": tokenizer.pad_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "forced_eos_token_id": tokenizer.eos_token_id,
-        "decoder_start_token_id": tokenizer.pad_token_id,  # Marian convention
         "bos_token_id": None,
     }
-    unknown = sorted(set(overrides) - set(MarianConfig.__dataclass_fields__))
+    if preset in ARCHITECTURE_PRESETS:
+        config_class, model_class, fields = M2M100Config, M2M100ForConditionalGeneration, ARCHITECTURE_PRESETS[preset]
+        special_ids["decoder_start_token_id"] = tokenizer.eos_token_id  # M2M100/NLLB convention
+    else:
+        vocab_size = len(tokenizer)
+        config_class, model_class, fields = MarianConfig, MarianMTModel, MODEL_PRESETS[preset]
+        special_ids.update(vocab_size=vocab_size, decoder_vocab_size=vocab_size,
+                           decoder_start_token_id=tokenizer.pad_token_id)  # Marian convention
+    unknown = sorted(set(overrides) - set(config_class.__dataclass_fields__))
     if unknown:
-        raise ValueError(f"Unknown MarianConfig fields {unknown} in build_model overrides.")
-    config = MarianConfig(**{**MODEL_PRESETS[preset], **special_ids, **overrides})
-    model = MarianMTModel(config)
+        raise ValueError(f"Unknown {config_class.__name__} fields {unknown} in build_model overrides.")
+    fields = {**fields, **special_ids, **overrides}
+    if fields["vocab_size"] < len(tokenizer):
+        raise ValueError(f"Preset {preset!r} has {fields['vocab_size']} vocabulary entries, fewer than the "
+                         f"tokenizer's {len(tokenizer)}; use a smaller tokenizer.")
+    config = config_class(**fields)
+    model = model_class(config)
     model.generation_config = GenerationConfig.from_model_config(config)
     return model
 
