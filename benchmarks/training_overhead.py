@@ -56,6 +56,9 @@ STATIC = "proportional"
 def add_setup_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that decide the model, the data and the balancing settings (shared with profile_update.py)."""
     parser.add_argument("--preset", default="small", help="small, transformer_base, nllb-600m-config, ...")
+    parser.add_argument("--model-overrides", type=json.loads, default={},
+                        help='JSON config fields over the preset, e.g. the study\'s regime A: \'{"d_model": 192, '
+                        '"encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": 768, "decoder_ffn_dim": 768}\'')
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="bf16: the Trainer's bf16=True (autocast, the balancing passes included).")
     parser.add_argument("--corpora", type=int, default=4, help="N corpora made from the 4 bundled ones.")
@@ -106,7 +109,7 @@ def make_trainer(options: argparse.Namespace, tokenizer: Any, data: dict, strate
                  steps: int, update_every: int, **config: Any) -> UATTrainer:
     """A ``UATTrainer`` with a fresh model (seed 0) for one benchmark run; ``config`` adds ``UATConfig`` fields."""
     torch.manual_seed(0)
-    model = build_model(options.preset, tokenizer)
+    model = build_model(options.preset, tokenizer, **options.model_overrides)
     args = UATConfig(
         output_dir=output_dir, strategy=strategy, measure="enteos", mc_samples=options.mc_samples,
         update_every=update_every, dev_batch_tokens=options.dev_batch_tokens,
