@@ -36,9 +36,14 @@ def test_multiuat_two_ranks_agree_and_split_the_passes(tmp_path):
     assert ranks[0][0]["p"] != ranks[0][-1]["p"]  # the updates did move p
     history = json_lines(tmp_path / "run" / "balancing_history.jsonl")
     assert [h["step"] for h in history] == [2, 4, 6]  # written once, by the main process
-    # K·N passes per update split across the ranks, not duplicated: 3 updates × 4 corpora × 3 passes, each
-    # dev batch being one sub-batch here; half of them on each rank.
-    assert [ranks[r][-1]["passes"] for r in (0, 1)] == [18, 18]
+    # K·N passes per update split across the ranks, not duplicated: pass k of corpus n (item n·K + k) runs on rank
+    # (n·K + k) mod 2, over every sub-batch of that corpus's dev batch (3 updates × 4 corpora × 3 passes).
+    shapes = ranks[0][-1]["sub_batches"]
+    assert len(shapes) == 3 and shapes == ranks[1][-1]["sub_batches"]
+    items = [[n for n in range(4) for k in range(3) if (n * 3 + k) % 2 == r] for r in (0, 1)]
+    expected = [sum(shape[n] for shape in shapes for n in items[r]) for r in (0, 1)]
+    assert [ranks[r][-1]["passes"] for r in (0, 1)] == expected
+    assert sum(expected) == 3 * sum(map(sum, shapes))  # every pass over every sub-batch ran exactly once
 
 
 @pytest.mark.distributed
@@ -88,6 +93,10 @@ def test_mixing_law_two_ranks_agree_inside_and_after_the_probe_windows(tmp_path)
     assert ranks[0][8]["p"] != ranks[0][0]["p"]  # the update at step 9 moved p
     history = json_lines(tmp_path / "run" / "balancing_history.jsonl")
     assert [h["step"] for h in history] == [9]  # written once, by the main process
-    # 6 measurements (before and after each of the 4 windows, and the start of the next phase at step 10) × 4
-    # corpora, one sub-batch each: half of them on each rank.
-    assert [ranks[r][-1]["forwards"] for r in (0, 1)] == [12, 12]
+    # 6 measurements (before and after each of the 4 windows, and the start of the next phase at step 10), each
+    # over all sub-batches of the 4 dev batches: sub-batch k of a measurement on rank k mod 2, none twice.
+    shapes = ranks[0][-1]["sub_batches"]
+    assert len(shapes) == 6 and shapes == ranks[1][-1]["sub_batches"]
+    expected = [sum(len(range(r, sum(shape), 2)) for shape in shapes) for r in (0, 1)]
+    assert [ranks[r][-1]["forwards"] for r in (0, 1)] == expected
+    assert sum(expected) == sum(map(sum, shapes))

@@ -35,10 +35,20 @@ def main(outdir: str) -> None:
         return measure(model, batch)
 
     uat_hf.dev_loss.dev_loss_sums = counting
+    trainer.sub_batches = []  # per measurement: how many sub-batches each corpus's dev batch was split into
+    reward = trainer.balancing.reward
+    compute = reward.compute
+
+    def recording(model, dev_batches, *args, **kwargs):
+        trainer.sub_batches.append([len(batches) for batches in dev_batches])
+        return compute(model, dev_batches, *args, **kwargs)
+
+    reward.compute = recording
     sampler = trainer.corpus_sampler
     trainer.add_callback(RecordSteps(out / f"rank{trainer.accelerator.process_index}.jsonl", lambda step: {
         "p": sampler.probabilities.tolist(), "sampler": sampler.state_dict(),
-        "law": trainer.corpus_distribution.law.state_dict(), "forwards": trainer.forwards}))
+        "law": trainer.corpus_distribution.law.state_dict(), "forwards": trainer.forwards,
+        "sub_batches": trainer.sub_batches}))
     trainer.train()
     write_done(out, trainer)
     finish(trainer.accelerator)

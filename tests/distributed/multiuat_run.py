@@ -1,8 +1,8 @@
 """Run under `accelerate launch --multi_gpu --num_processes 2 ...` on CPU: a short MultiUAT training.
 
 Each rank appends, after every optimizer step, its live probabilities and its sampler state to
-OUTDIR/rank<r>.jsonl, and counts the MC-dropout passes it ran, so the test can check that the ranks agree
-and that the work was split rather than duplicated.
+OUTDIR/rank<r>.jsonl, counts the MC-dropout passes it ran and records how many sub-batches each corpus's dev
+batch had, so the test can check that the ranks agree and that the work was split rather than duplicated.
 """
 
 from __future__ import annotations
@@ -36,9 +36,18 @@ def main(outdir: str) -> None:
         return measure_passes(model, batch, passes, replicate)
 
     reward._pass_sums = counting
+    trainer.sub_batches = []  # per update: how many sub-batches each corpus's dev batch was split into
+    compute = reward.compute
+
+    def recording(model, dev_batches, *args, **kwargs):
+        trainer.sub_batches.append([len(batches) for batches in dev_batches])
+        return compute(model, dev_batches, *args, **kwargs)
+
+    reward.compute = recording
     sampler = trainer.corpus_sampler
     trainer.add_callback(RecordSteps(out / f"rank{trainer.accelerator.process_index}.jsonl", lambda step: {
-        "p": sampler.probabilities.tolist(), "sampler": sampler.state_dict(), "passes": trainer.passes_run}))
+        "p": sampler.probabilities.tolist(), "sampler": sampler.state_dict(), "passes": trainer.passes_run,
+        "sub_batches": trainer.sub_batches}))
     trainer.train()
     write_done(out, trainer)
     finish(trainer.accelerator)
