@@ -10,7 +10,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from run_setup import RecordSteps, first_examples, multidomain_data, seeded_model, short_run_config, write_done
+from run_setup import (
+    RecordSteps,
+    first_examples,
+    multidomain_data,
+    record_sub_batches,
+    seeded_model,
+    short_run_config,
+    write_done,
+)
 from teardown import finish
 
 from uat_hf.uat_trainer import UATTrainer
@@ -36,18 +44,11 @@ def main(outdir: str) -> None:
         return measure_passes(model, batch, passes, replicate)
 
     reward._pass_sums = counting
-    trainer.sub_batches = []  # per update: how many sub-batches each corpus's dev batch was split into
-    compute = reward.compute
-
-    def recording(model, dev_batches, *args, **kwargs):
-        trainer.sub_batches.append([len(batches) for batches in dev_batches])
-        return compute(model, dev_batches, *args, **kwargs)
-
-    reward.compute = recording
+    sub_batches = record_sub_batches(trainer)  # per update: sub-batches of each dev batch
     sampler = trainer.corpus_sampler
     trainer.add_callback(RecordSteps(out / f"rank{trainer.accelerator.process_index}.jsonl", lambda step: {
         "p": sampler.probabilities.tolist(), "sampler": sampler.state_dict(), "passes": trainer.passes_run,
-        "sub_batches": trainer.sub_batches}))
+        "sub_batches": sub_batches}))
     trainer.train()
     write_done(out, trainer)
     finish(trainer.accelerator)

@@ -58,6 +58,21 @@ def short_run_config(out: Path, **settings: Any) -> UATConfig:
     return UATConfig(output_dir=str(out / "run"), **{**SHORT_RUN, **settings})
 
 
+def record_sub_batches(trainer) -> list[list[int]]:
+    """Wraps the balancing reward so that each measurement appends how many sub-batches each corpus's dev batch
+    was split into; returns that (growing) list."""
+    shapes: list[list[int]] = []
+    reward = trainer.balancing.reward
+    compute = reward.compute
+
+    def recording(model, dev_batches, *args, **kwargs):
+        shapes.append([len(batches) for batches in dev_batches])
+        return compute(model, dev_batches, *args, **kwargs)
+
+    reward.compute = recording
+    return shapes
+
+
 class RecordSteps(TrainerCallback):
     """After every optimizer step (and so after the balancing callback's update), appends ``record(step)`` to
     ``path`` as one JSON line, the rank's trace that the test compares with the other rank's; a step for which
