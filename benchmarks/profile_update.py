@@ -34,6 +34,9 @@ from typing import Any
 import torch
 from training_overhead import add_setup_arguments, load_data, make_trainer
 
+from uat_hf.checkpoints import HISTORY_FILE
+from uat_hf.plotting import load_history
+
 #: (indent, label, [(file name ending, function name), ...]): the parts of one update, by cumulative time.
 PARTS = (
     (0, "whole update", [("callback.py", "update")]),
@@ -134,9 +137,10 @@ def profile(options: argparse.Namespace, tokenizer: Any, data: dict, strategy: s
         targets, padded = dev_tokens(trainer)
         profiler = UpdateProfiler(trainer, options.steps - 1, options.torch_profiler)
         trainer.train()
+        history = load_history(out) if (Path(out) / HISTORY_FILE).exists() else []
     return {"strategy": strategy, "update_seconds": profiler.seconds, "parts": profiler.parts,
             "step_seconds": profiler.step_seconds, "dev_target_tokens": targets, "dev_padded_tokens": padded,
-            "operators": profiler.operators}
+            "operators": profiler.operators, "mc_samples_used": [r.get("mc_samples_used") for r in history]}
 
 
 def report(result: dict[str, Any], options: argparse.Namespace, corpora: int) -> None:
@@ -147,6 +151,13 @@ def report(result: dict[str, Any], options: argparse.Namespace, corpora: int) ->
     print(f"update wall seconds: cold {seconds[0]:.3f}, warm unprofiled {statistics.median(seconds[1:-1]):.3f}, "
           f"profiled {seconds[-1]:.3f}; training step (forward+backward) median "
           f"{statistics.median(result['step_seconds']):.3f} s")
+    if result["strategy"] == "multiuat":
+        used = result["mc_samples_used"]
+        warm = statistics.median(seconds[1:-1]) / statistics.median(result["step_seconds"])
+        paper_s = 1000 / 30 * options.mc_samples
+        print(f"K used per update: {used if any(k is not None for k in used) else options.mc_samples}; a warm update "
+              f"costs {warm:.2f} training steps: {100 * warm / paper_s:.2f} % of training at the paper's ratio "
+              f"S = 33.3 K = {paper_s:.0f}")
     whole = result["parts"]["whole update"] or 1.0
     for indent, label, _ in PARTS:
         value = result["parts"][label]

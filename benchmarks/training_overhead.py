@@ -67,10 +67,20 @@ def add_setup_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mc-samples", type=int, default=3, help="K.")
     parser.add_argument("--max-tokens", type=int, default=2048, help="Padded tokens of one training batch.")
     parser.add_argument("--dev-batch-tokens", type=int, default=1024)
+    parser.add_argument("--mc-tolerance", type=float, default=None,
+                        help="MultiUAT's adaptive K (mc_tolerance): stop the passes once the rewards are "
+                        "known this well.")
+    parser.add_argument("--mc-min-samples", type=int, default=5, help="Adaptive K: the fewest passes, and the block.")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's). On a small CPU, one thread fewer than the cores "
+                        "leaves a core to the rest of the machine, which steadies the timings.")
 
 
 def load_data(options: argparse.Namespace) -> tuple[Any, dict[str, dict[str, Any]]]:
-    """The joint tokenizer and ``{"train": {name: Dataset}, "dev": {...}}`` with ``options.corpora`` corpora."""
+    """The joint tokenizer and ``{"train": {name: Dataset}, "dev": {...}}`` with ``options.corpora`` corpora
+    (after setting ``options.threads``, so that the tokenizer and the runs all see them)."""
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
     specs = corpus_specs_from_directory(BUNDLED_DIR / "multidomain-en-de", "en", "de", max_examples=options.examples)
     tokenizer = train_joint_tokenizer([load_corpus_split(s, "train") for s in specs], vocab_size=options.vocab)
     data = load_corpora(specs, tokenizer, splits=("train", "dev"), max_source_length=64, max_target_length=64)
@@ -113,6 +123,7 @@ def make_trainer(options: argparse.Namespace, tokenizer: Any, data: dict, strate
     args = UATConfig(
         output_dir=output_dir, strategy=strategy, measure="enteos", mc_samples=options.mc_samples,
         update_every=update_every, dev_batch_tokens=options.dev_batch_tokens,
+        mc_tolerance=options.mc_tolerance, mc_min_samples=options.mc_min_samples,
         dds_train_batch_tokens=options.dev_batch_tokens, max_steps=steps, max_tokens=options.max_tokens,
         learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=10_000, disable_tqdm=True, seed=0,
         use_cpu=not torch.cuda.is_available(), bf16=options.precision == "bf16", **config,
@@ -230,6 +241,26 @@ def summarize(runs: Sequence[Run]) -> dict[str, dict[str, float]]:
     return table
 
 
+def paired_overheads(runs: Sequence[Run]) -> dict[str, list[float]]:
+    """Per strategy, its e2e time over the static run's of the same round, minus 1, round by round.
+
+    The rounds run back to back, so a drift of the machine (a noisy neighbour, the clock) hits both runs of a
+    round alike and cancels in their ratio, where it adds to both medians of :func:`summarize`.
+    """
+    rounds: list[dict[str, Run]] = []
+    for run in runs:
+        if not rounds or run.strategy in rounds[-1]:
+            rounds.append({})
+        rounds[-1][run.strategy] = run
+    paired: dict[str, list[float]] = {}
+    for round_ in rounds:
+        base = round_.get(STATIC)
+        for strategy, run in round_.items():
+            if strategy != STATIC and base is not None and run.error is None and base.error is None:
+                paired.setdefault(strategy, []).append(run.seconds / base.seconds - 1)
+    return paired
+
+
 def forward_seconds(options: argparse.Namespace, tokenizer: Any, data: dict, passes: int = 10) -> float:
     """t_fwd: one MC-dropout pass over one corpus's dev batch, as the first update of a MultiUAT run draws them."""
     with tempfile.TemporaryDirectory() as out:
@@ -264,6 +295,9 @@ def print_table(table: dict, runs: Sequence[Run]) -> None:
     for run in runs:
         if run.error:
             print(f"{run.strategy}: {run.error}")
+    for strategy, values in paired_overheads(runs).items():
+        print(f"{strategy} vs static, paired by round: median {100 * statistics.median(values):+.2f}% "
+              f"[{', '.join(f'{100 * v:+.2f}%' for v in values)}]")
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -296,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
           f"(S/K={options.update_every / options.mc_samples:.1f}; paper 1000/30=33.3), {options.repeats} repeats")
     print_table(table, runs)
     result: dict[str, Any] = {"options": vars(options), "device": device, "corpora": list(data["train"]),
-                              "runs": [asdict(r) for r in runs], "table": table}
+                              "runs": [asdict(r) for r in runs], "table": table, "paired": paired_overheads(runs)}
     if STATIC in table and not options.no_analytic and "multiuat" in options.strategies:
         t_forward = forward_seconds(options, tokenizer, data)
         t_step = table[STATIC]["e2e_median"] / options.steps

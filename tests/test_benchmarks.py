@@ -126,3 +126,18 @@ def test_training_overhead_end_to_end_interleaves_repeats_over_n_corpora(tmp_pat
     assert [r["updates"] for r in result["runs"]] == [0, 2, 0, 2]
     assert len(result["corpora"]) == 8
     assert json.loads(out.read_text())["table"]["multiuat"]["updates_median"] > 0
+
+
+def test_paired_overheads_compare_each_strategy_with_the_static_run_of_its_own_round():
+    seconds = {"proportional": (100.0, 120.0, 90.0), "multiuat": (102.0, 121.2, 99.0),
+               "multidds-s": (110.0, 132.0, 99.0)}
+    runs = [overhead.Run(strategy, seconds[strategy][r], 0.0, 0)
+            for r in range(3) for strategy in ("proportional", "multiuat", "multidds-s")]
+    paired = overhead.paired_overheads(runs)
+    # a slow round (120 s static) does not show as overhead: each ratio is taken within its round
+    assert paired["multiuat"] == pytest.approx([0.02, 0.01, 0.10])
+    assert paired["multidds-s"] == pytest.approx([0.10, 0.10, 0.10])
+    assert "proportional" not in paired
+    failed = runs[:3] + [overhead.Run("proportional", 50.0, 0.0, 0),
+                         overhead.Run("multiuat", 1.0, 0.0, 0, error="oom")]
+    assert overhead.paired_overheads(failed)["multiuat"] == pytest.approx([0.02])
