@@ -1,4 +1,5 @@
-"""Adaptive K: MultiUAT's Monte Carlo passes stop once every reward is known to a fraction of their spread."""
+"""Adaptive K: MultiUAT's Monte Carlo passes stop once every reward is known to a fraction of their spread, and
+run only for the corpora whose rewards are not known yet."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def test_stops_at_the_minimum_when_the_rewards_are_well_separated(tiny_model, co
     batches = dev_batches(corpora, tokenizer, tiny_model, ["bible", "dictionary"])
     reward = UncertaintyReward("entsent", 12, mode="loop", tolerance=1e6, min_samples=3)
     rewards, extras = measure(reward, tiny_model, batches)
-    assert extras == {"mc_samples_used": 3}
+    assert extras == {"mc_samples_used": 3, "mc_samples_per_corpus": [3, 3]}
     first_block = UncertaintyReward("entsent", 3, mode="loop")
     np.testing.assert_allclose(rewards, first_block.finalize(first_block.compute(tiny_model, batches, seed=11))[0],
                                rtol=1e-12)
@@ -40,7 +41,7 @@ def test_runs_every_pass_when_the_rewards_are_not_separated(tiny_model, corpora,
     batch = dev_batches(corpora, tokenizer, tiny_model, ["bible"])[0]
     reward = UncertaintyReward("entsent", 12, mode="loop", tolerance=0.05, min_samples=3)
     rewards, extras = measure(reward, tiny_model, [batch, batch])
-    assert extras == {"mc_samples_used": 12}
+    assert extras == {"mc_samples_used": 12, "mc_samples_per_corpus": [12, 12]}
     assert rewards[0] != rewards[1]  # different masks: the spread is noise
 
 
@@ -54,6 +55,32 @@ def test_the_stopping_rule_reads_the_standard_errors_against_the_spread(tiny_mod
     assert UncertaintyReward("entsent", 12, tolerance=ratio * 1.001, min_samples=3).converged(shares)
     assert not UncertaintyReward("entsent", 12, tolerance=ratio * 0.999, min_samples=3).converged(shares)
     assert not UncertaintyReward("entsent", 12, tolerance=ratio * 1.001, min_samples=7).converged(shares)
+
+
+def test_only_the_corpora_not_known_yet_run_more_passes(tiny_model, corpora, tokenizer):
+    """Two corpora share one dev batch, so their rewards differ by Monte Carlo noise alone; a third differs more.
+    With a tolerance between the third's error and the twins', the third is known after the first block and
+    stops there, while the twins run on."""
+    bible = dev_batches(corpora, tokenizer, tiny_model, ["bible"])[0]
+    other = dev_batches(corpora, tokenizer, tiny_model, ["descriptions"])[0]
+    batches = [bible, bible, other]
+    first = UncertaintyReward("entsent", 3, mode="loop").compute(tiny_model, batches, seed=11)
+    reward = UncertaintyReward("entsent", 12, mode="loop", tolerance=0.1, min_samples=3)
+    assert reward.known(first).tolist() == [False, False, True]
+    rewards, extras = measure(reward, tiny_model, batches)
+    twins, third = extras["mc_samples_per_corpus"][:2], extras["mc_samples_per_corpus"][2]
+    assert third == 3 and min(twins) > 3
+    assert extras["mc_samples_used"] == (sum(twins) + third) / 3
+    assert rewards[2] == first["rewards"][2] / 3  # its first block's passes, no more
+
+
+def test_per_corpus_passes_are_split_across_ranks_without_overlap():
+    reward = UncertaintyReward("exptp", 12, tolerance=0.1, min_samples=3)
+    passes = np.array([3, 0, 3, 3, 0])
+    shares = [reward.passes_for_rank(5, rank, 2, passes) for rank in range(2)]
+    assert np.array_equal(sum(shares), passes)
+    assert [share.sum() for share in shares] == [5, 4]
+    assert np.array_equal(reward.passes_for_rank(4, 1, 3, 5), reward.passes_for_rank(4, 1, 3, [5, 5, 5, 5]))
 
 
 def test_adaptive_k_is_refused_for_other_strategies_and_impossible_bounds(tmp_path):

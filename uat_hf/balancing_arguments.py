@@ -94,10 +94,10 @@ class BalancingArguments:
     mc_tolerance: float | None = field(
         default=None,
         metadata={
-            "help": "multiuat: adaptive K. The MC passes run in blocks of mc_min_samples and stop once every corpus's "
-            "reward is known to this fraction of the rewards' spread: max_n SE_n <= mc_tolerance * (max_n R_n - "
-            "min_n R_n), SE_n the standard error of corpus n's mean over its passes; never more than mc_samples. "
-            "Unset (default): always mc_samples passes, as in the paper."
+            "help": "multiuat: adaptive K. The MC passes run in blocks of mc_min_samples, each block only for the "
+            "corpora whose reward is not yet known to this fraction of the rewards' spread (SE_n <= mc_tolerance * "
+            "(max_m R_m - min_m R_m), SE_n the standard error of corpus n's mean over its passes), until all are; "
+            "never more than mc_samples. Unset (default): always mc_samples passes, as in the paper."
         },
     )
     mc_min_samples: int = field(

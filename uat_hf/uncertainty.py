@@ -138,10 +138,12 @@ class UncertaintyReward(BalancingReward):
             (default): ``padded`` when the model is sharded (:func:`~uat_hf.rewards.sharding`), else ``split``.
         tolerance: adaptive K (``None``, the default: always K passes, as the paper). The passes run in blocks of
             ``min_samples``; after each block, with n passes done per corpus, R_n is the mean of corpus n's
-            per-pass rewards and SE_n their sample standard deviation over sqrt(n), and the passes stop once
-            ``n >= min_samples`` and ``max_n SE_n <= tolerance * (max_n R_n - min_n R_n)``: every reward is known
-            to a fraction of the spread the scorer reacts to. Never more than K passes. The statistics are summed
-            over the ranks before the rule is read, so every rank stops after the same block.
+            per-pass rewards and SE_n their sample standard deviation over sqrt(n). Corpus n is *known* once
+            ``n >= min_samples`` and ``SE_n <= tolerance * (max_m R_m - min_m R_m)``: its reward is known to a
+            fraction of the spread the scorer reacts to. The next block runs only the corpora not known yet (a
+            known corpus rejoins if the spread shrinks below its error), so with many corpora the passes go where
+            the noise is; the measuring stops when every corpus is known, never after more than K passes. The
+            statistics are summed over the ranks before the rule is read, so every rank runs the same blocks.
         min_samples: the fewest passes adaptive K runs (and its block size); at least 2, for a standard error.
     """
 
@@ -197,16 +199,18 @@ class UncertaintyReward(BalancingReward):
             )
 
     def passes_for_rank(self, num_corpora: int, process_index: int, num_processes: int,
-                        passes: int | None = None) -> np.ndarray:
-        """How many of each corpus's ``passes`` (default K) this rank runs (item n·K + k goes to rank item mod P)."""
-        passes = self.mc_samples if passes is None else passes
-        items = np.arange(num_corpora * passes)
-        mine = items[items % num_processes == process_index]
-        return np.bincount(mine // passes, minlength=num_corpora)
+                        passes: int | Sequence[int] | None = None) -> np.ndarray:
+        """How many of each corpus's ``passes`` (default K; one count for all corpora or one per corpus) this rank
+        runs: the passes are numbered corpus by corpus, and pass number i goes to rank i mod P."""
+        passes = np.broadcast_to(np.asarray(self.mc_samples if passes is None else passes, dtype=np.int64),
+                                 (num_corpora,))
+        corpus_of_pass = np.repeat(np.arange(num_corpora), passes)
+        mine = np.arange(len(corpus_of_pass)) % num_processes == process_index
+        return np.bincount(corpus_of_pass[mine], minlength=num_corpora)
 
     def forward_plan(
         self, dev_batches: Sequence[Sequence[Mapping[str, torch.Tensor]]], process_index: int, num_processes: int,
-        *, replicate: bool, padded: bool, passes: int | None = None,
+        *, replicate: bool, padded: bool, passes: int | Sequence[int] | None = None,
     ) -> tuple[np.ndarray, int]:
         """(passes of each corpus this rank runs, discarded forwards it adds after them).
 
@@ -232,24 +236,32 @@ class UncertaintyReward(BalancingReward):
 
     def rewards_over_ranks(self, model, dev_batches, train_batches=None, *, process_index, num_processes, seed,
                            reduce):
-        """Adaptive K: blocks of passes (block b's masks seeded by ``seed(b)``) until :meth:`converged`."""
+        """Adaptive K: blocks of passes over the corpora not :meth:`known` yet (block b's masks seeded by
+        ``seed(b)``), until every corpus is known or the K passes are spent."""
         totals: dict[str, np.ndarray] = {}
+        running = np.ones(len(dev_batches), dtype=bool)
         for block, passes in enumerate(self.blocks()):
             shares = self.compute(model, dev_batches, process_index=process_index, num_processes=num_processes,
-                                  seed=seed(block), passes=passes)
+                                  seed=seed(block), passes=passes * running)
             totals = {key: totals.get(key, 0) + value for key, value in reduce(shares).items()}
-            if self.converged(totals):
+            running = ~self.known(totals)
+            if not running.any():
                 break
         return self.finalize(totals)
 
-    def converged(self, totals: Mapping[str, np.ndarray]) -> bool:
-        """The stopping rule of adaptive K (see the class docstring) on rank-summed shares; never without it."""
+    def known(self, totals: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Which corpora's rewards adaptive K knows well enough (see the class docstring), from rank-summed
+        shares; none without adaptive K."""
         n = np.asarray(totals["passes"], dtype=np.float64)
-        if self.tolerance is None or n.min() < self.min_samples:
-            return False
+        if self.tolerance is None:
+            return np.zeros(len(n), dtype=bool)
         mean = totals["rewards"] / n
-        variance = np.maximum(totals["squares"] / n - mean * mean, 0.0) * n / (n - 1)
-        return bool(np.sqrt(variance / n).max() <= self.tolerance * (mean.max() - mean.min()))
+        variance = np.maximum(totals["squares"] / n - mean * mean, 0.0) * n / np.maximum(n - 1, 1)
+        return (n >= self.min_samples) & (np.sqrt(variance / n) <= self.tolerance * (mean.max() - mean.min()))
+
+    def converged(self, totals: Mapping[str, np.ndarray]) -> bool:
+        """Every corpus :meth:`known`: adaptive K stops."""
+        return bool(self.known(totals).all())
 
     def compute(self, model, dev_batches, train_batches=None, *, process_index=0, num_processes=1, seed=0,
                 passes: int | None = None):
@@ -312,5 +324,6 @@ class UncertaintyReward(BalancingReward):
 
     def finalize(self, totals):
         passes = np.asarray(totals["passes"], dtype=np.float64)
-        extras = {} if self.tolerance is None else {"mc_samples_used": int(passes.min())}
+        extras = {} if self.tolerance is None else {"mc_samples_used": float(passes.mean()),
+                                                     "mc_samples_per_corpus": passes.astype(int).tolist()}
         return np.asarray(totals["rewards"], dtype=np.float64) / passes, extras
