@@ -74,6 +74,7 @@ class UpdateProfiler:
         self.operators = ""
         self.profile_call, self.torch_profiler = profile_call, torch_profiler
         self.step_seconds: list[float] = []
+        self.step_tokens: list[int] = []  # padded source + target tokens of each training batch
         self._wrap(trainer.balancing, "update", self._update)
         self._wrap(trainer, "training_step", self._step)
 
@@ -83,6 +84,8 @@ class UpdateProfiler:
         setattr(owner, method, lambda *args, **kwargs: wrapper(inner, *args, **kwargs))
 
     def _step(self, inner: Any, *args: Any, **kwargs: Any) -> Any:
+        inputs = args[1] if len(args) > 1 else kwargs["inputs"]
+        self.step_tokens.append(sum(int(inputs[key].numel()) for key in ("input_ids", "labels") if key in inputs))
         start = time.perf_counter()
         result = inner(*args, **kwargs)
         _synchronize()
@@ -139,7 +142,8 @@ def profile(options: argparse.Namespace, tokenizer: Any, data: dict, strategy: s
         trainer.train()
         history = load_history(out) if (Path(out) / HISTORY_FILE).exists() else []
     return {"strategy": strategy, "update_seconds": profiler.seconds, "parts": profiler.parts,
-            "step_seconds": profiler.step_seconds, "dev_target_tokens": targets, "dev_padded_tokens": padded,
+            "step_seconds": profiler.step_seconds, "step_tokens": profiler.step_tokens,
+            "dev_target_tokens": targets, "dev_padded_tokens": padded,
             "operators": profiler.operators, "mc_samples_used": [r.get("mc_samples_used") for r in history]}
 
 
@@ -150,7 +154,8 @@ def report(result: dict[str, Any], options: argparse.Namespace, corpora: int) ->
           f"in all")
     print(f"update wall seconds: cold {seconds[0]:.3f}, warm unprofiled {statistics.median(seconds[1:-1]):.3f}, "
           f"profiled {seconds[-1]:.3f}; training step (forward+backward) median "
-          f"{statistics.median(result['step_seconds']):.3f} s")
+          f"{statistics.median(result['step_seconds']):.3f} s over {statistics.median(result['step_tokens']):,.0f} "
+          "padded tokens (one corpus per batch: a corpus smaller than --max-tokens gives smaller batches)")
     if result["strategy"] == "multiuat":
         used = result["mc_samples_used"]
         warm = statistics.median(seconds[1:-1]) / statistics.median(result["step_seconds"])
