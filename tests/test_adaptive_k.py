@@ -52,9 +52,9 @@ def test_the_stopping_rule_reads_the_standard_errors_against_the_spread(tiny_mod
     mean = shares["rewards"] / 6
     standard_error = np.sqrt((shares["squares"] / 6 - mean**2) * 6 / 5 / 6)
     ratio = standard_error.max() / (mean.max() - mean.min())
-    assert UncertaintyReward("entsent", 12, tolerance=ratio * 1.001, min_samples=3).converged(shares)
-    assert not UncertaintyReward("entsent", 12, tolerance=ratio * 0.999, min_samples=3).converged(shares)
-    assert not UncertaintyReward("entsent", 12, tolerance=ratio * 1.001, min_samples=7).converged(shares)
+    assert UncertaintyReward("entsent", 12, tolerance=ratio * 1.001, min_samples=3).known(shares).all()
+    assert not UncertaintyReward("entsent", 12, tolerance=ratio * 0.999, min_samples=3).known(shares).all()
+    assert not UncertaintyReward("entsent", 12, tolerance=ratio * 1.001, min_samples=7).known(shares).all()
 
 
 def test_only_the_corpora_not_known_yet_run_more_passes(tiny_model, corpora, tokenizer):

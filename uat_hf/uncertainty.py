@@ -259,12 +259,8 @@ class UncertaintyReward(BalancingReward):
         variance = np.maximum(totals["squares"] / n - mean * mean, 0.0) * n / np.maximum(n - 1, 1)
         return (n >= self.min_samples) & (np.sqrt(variance / n) <= self.tolerance * (mean.max() - mean.min()))
 
-    def converged(self, totals: Mapping[str, np.ndarray]) -> bool:
-        """Every corpus :meth:`known`: adaptive K stops."""
-        return bool(self.known(totals).all())
-
     def compute(self, model, dev_batches, train_batches=None, *, process_index=0, num_processes=1, seed=0,
-                passes: int | None = None):
+                passes: int | Sequence[int] | None = None):
         """This rank's shares of ``passes`` (default K) passes per corpus: the sums of the per-pass rewards
         (``rewards``) and of their squares (``squares``, for adaptive K's standard errors), and the passes run
         (``passes``). The per-pass sums stay on the device until every corpus is measured: one host sync."""
