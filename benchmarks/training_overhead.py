@@ -309,18 +309,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3, help="Timed runs per strategy, interleaved.")
     parser.add_argument("--memory", action="store_true", help="CUDA: peak memory of training steps and updates.")
     parser.add_argument("--no-analytic", action="store_true", help="Skip measuring t_fwd for the analytic bound.")
+    parser.add_argument("--mixing-law-sweeps", type=int, default=MixingLawSettings.sweeps,
+                        help="mixing-law's sweeps of probe windows per update (its default: %(default)s).")
     parser.add_argument("--json", help="Also write the runs and the table to this file.")
     options = parser.parse_args(argv)
-    if "mixing-law" in options.strategies and MixingLawSettings().probe_steps(options.corpora) >= options.update_every:
-        parser.error(f"mixing-law probes {MixingLawSettings().probe_steps(options.corpora)} steps per update at N="
-                     f"{options.corpora}, not fewer than --update-every {options.update_every}: raise --update-every "
-                     "or leave mixing-law out of --strategies.")
+    probe_steps = MixingLawSettings(sweeps=options.mixing_law_sweeps).probe_steps(options.corpora)
+    if "mixing-law" in options.strategies and probe_steps >= options.update_every:
+        parser.error(f"mixing-law probes {probe_steps} steps per update at N={options.corpora} with "
+                     f"--mixing-law-sweeps {options.mixing_law_sweeps}, not fewer than --update-every "
+                     f"{options.update_every}: raise --update-every or leave mixing-law out of --strategies.")
     tokenizer, data = load_data(options)
     for strategy in options.strategies:
         warm_up(options, tokenizer, data, strategy)
     runs = []
     for strategy in interleaved(options.strategies, options.repeats):
-        runs.append(timed_run(options, tokenizer, data, strategy, options.steps, options.update_every))
+        config = {"mixing_law_sweeps": options.mixing_law_sweeps} if strategy == "mixing-law" else {}
+        runs.append(timed_run(options, tokenizer, data, strategy, options.steps, options.update_every, **config))
     table = summarize(runs)
 
     n = len(data["train"])

@@ -141,3 +141,15 @@ def test_paired_overheads_compare_each_strategy_with_the_static_run_of_its_own_r
     failed = runs[:3] + [overhead.Run("proportional", 50.0, 0.0, 0),
                          overhead.Run("multiuat", 1.0, 0.0, 0, error="oom")]
     assert overhead.paired_overheads(failed)["multiuat"] == pytest.approx([0.02])
+
+
+def test_mixing_law_sweeps_set_the_probe_phase_that_must_fit_the_update_interval(capsys):
+    """Two default sweeps probe 12 steps at N = 2, too many for an update every 7 steps; one sweep probes 6."""
+    setup = ["--preset", "tiny", "--examples", "200", "--vocab", "800", "--corpora", "2", "--max-tokens", "256",
+             "--dev-batch-tokens", "128", "--steps", "14", "--update-every", "7", "--repeats", "1",
+             "--strategies", "proportional", "mixing-law", "--no-analytic"]
+    with pytest.raises(SystemExit):
+        overhead.main(setup)
+    assert "mixing-law probes 12 steps per update at N=2 with --mixing-law-sweeps 2" in capsys.readouterr().err
+    result = overhead.main([*setup, "--mixing-law-sweeps", "1"])
+    assert [(r["strategy"], r["updates"]) for r in result["runs"]] == [("proportional", 0), ("mixing-law", 1)]

@@ -349,3 +349,9 @@ def test_study_recipes_are_current_and_parse():
     assert (training.strategy, training.measure, data.train_fraction) == ("multiuat", "exptp", 0.25)
     training, *_ = cli.parse_arguments(["--config", str(folder / "multilingual-B-mixing-law.yaml")])
     assert (training.strategy, training.update_every) == ("mixing-law", 200)  # 48 probe steps: <= 25 % of it
+    for setup, regime in study_recipes.REGIMES:  # issue 26: the dev-loss forwards cost at most 3 % of training
+        assert study_recipes.mixing_law_schedule(setup, regime)["cost"] <= study_recipes.MEASURING_SHARE
+    training, *_ = cli.parse_arguments(["--config", str(folder / "multidomain-A-mixing-law.yaml")])
+    assert (training.mixing_law_sweeps, training.dev_batch_tokens, training.update_every) == (1, 256, 150)
+    training, *_ = cli.parse_arguments(["--config", str(folder / "multidomain-B-mixing-law.yaml")])
+    assert (training.mixing_law_sweeps, training.dev_batch_tokens) == (None, 512)  # its archive's: the defaults
