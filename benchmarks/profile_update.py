@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from training_overhead import add_setup_arguments, load_data, make_trainer
+from training_overhead import add_setup_arguments, load_data, make_trainer, padded_tokens
 
 from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.plotting import load_history
@@ -85,7 +85,7 @@ class UpdateProfiler:
 
     def _step(self, inner: Any, *args: Any, **kwargs: Any) -> Any:
         inputs = args[1] if len(args) > 1 else kwargs["inputs"]
-        self.step_tokens.append(sum(int(inputs[key].numel()) for key in ("input_ids", "labels") if key in inputs))
+        self.step_tokens.append(padded_tokens(inputs))
         start = time.perf_counter()
         result = inner(*args, **kwargs)
         _synchronize()

@@ -124,29 +124,33 @@ def drift(setup: str, regime: str) -> dict[str, float]:
             "ratio": updates * per_update / spread}
 
 
-def mixing_law_schedule(setup: str, regime: str) -> dict:
-    """mixing-law's settings in a grid and their cost: the update interval (the regime's, raised in hundreds until
-    the probe windows take at most :data:`PROBE_SHARE` of it), the measurement (the defaults, or
-    :data:`CHEAP_MEASUREMENT` where theirs would exceed :data:`MEASURING_SHARE`), the probe steps, the dev batches
-    per update, and the dev tokens run forward per update as a share of the tokens trained forward and backward
-    (about 3 forwards' worth) in the interval."""
+def _mixing_law_cost(setup: str, regime: str, measurement: dict) -> dict:
+    """One measurement's schedule in a grid: ``update_every`` (the regime's, raised in hundreds until the probe
+    windows take at most :data:`PROBE_SHARE` of it), the probe steps, the dev batches per update, and the dev
+    tokens run forward per update as a share of the tokens trained forward and backward (about 3 forwards'
+    worth) in the interval."""
     from uat_hf.mixing_law import MixingLawSettings
 
-    def schedule(fields: dict) -> dict:
-        settings, n = REGIMES[setup, regime], CORPORA[setup]
-        law = MixingLawSettings(sweeps=fields.get("mixing_law_sweeps", MixingLawSettings.sweeps))
-        probe = law.probe_steps(n)
-        update_every = settings["update_every"]
-        while probe > PROBE_SHARE * update_every:
-            update_every = (update_every // 100 + 1) * 100
-        batches = (law.windows(n) + 1) * n
-        cost = batches * fields["dev_batch_tokens"] / (3 * update_every * settings["fields"]["max_tokens"])
-        return {"fields": {**fields, "update_every": update_every}, "probe_steps": probe, "dev_batches": batches,
-                "cost": cost}
+    settings, n = REGIMES[setup, regime], CORPORA[setup]
+    law = MixingLawSettings(sweeps=measurement.get("mixing_law_sweeps", MixingLawSettings.sweeps))
+    probe = law.probe_steps(n)
+    update_every = settings["update_every"]
+    while probe > PROBE_SHARE * update_every:
+        update_every = (update_every // 100 + 1) * 100
+    batches = (law.windows(n) + 1) * n
+    cost = batches * measurement["dev_batch_tokens"] / (3 * update_every * settings["fields"]["max_tokens"])
+    return {"fields": {**measurement, "update_every": update_every}, "probe_steps": probe, "dev_batches": batches,
+            "cost": cost}
 
-    default = schedule(dict(DEV_BATCH))
-    return default if default["cost"] <= MEASURING_SHARE else {**schedule(dict(CHEAP_MEASUREMENT)),
-                                                                "default_cost": default["cost"]}
+
+def mixing_law_schedule(setup: str, regime: str) -> dict:
+    """mixing-law's settings in a grid and their cost: the defaults' (:data:`DEV_BATCH`), or
+    :data:`CHEAP_MEASUREMENT`'s where the defaults' would exceed :data:`MEASURING_SHARE` (then with
+    ``default_cost``)."""
+    default = _mixing_law_cost(setup, regime, DEV_BATCH)
+    if default["cost"] <= MEASURING_SHARE:
+        return default
+    return {**_mixing_law_cost(setup, regime, CHEAP_MEASUREMENT), "default_cost": default["cost"]}
 
 
 def recipe_text(setup: str, regime: str, strategy: str) -> str:

@@ -171,6 +171,11 @@ class PeakMemory:
         setattr(owner, method, measured)
 
 
+def padded_tokens(inputs: dict) -> int:
+    """Padded source + target tokens of one collated training batch."""
+    return sum(int(inputs[key].numel()) for key in ("input_ids", "labels") if key in inputs)
+
+
 def count_train_tokens(trainer: UATTrainer) -> list[int]:
     """A one-item list that counts the padded tokens of every training batch ``trainer.training_step`` receives:
     after an update the batches come from other corpora, so their shapes and cost differ from the static run's."""
@@ -178,7 +183,7 @@ def count_train_tokens(trainer: UATTrainer) -> list[int]:
     inner = trainer.training_step
 
     def counted(model: Any, inputs: dict, *args: Any, **kwargs: Any) -> Any:
-        count[0] += sum(int(inputs[key].numel()) for key in ("input_ids", "labels") if key in inputs)
+        count[0] += padded_tokens(inputs)
         return inner(model, inputs, *args, **kwargs)
 
     trainer.training_step = counted
