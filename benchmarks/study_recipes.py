@@ -25,10 +25,13 @@ STRATEGIES = ("proportional", "temperature", "uniform", "multidds-s",
               "multiuat-enteos", "multiuat-exptp", "multiuat-entsent", "mixing-law")
 SCORER_STEPS = 200  # UATConfig's default, the released code's 200 Adam steps per update
 
-# Training pairs after cleaning, largest and smallest corpus (uat-train's "data:" line; the multilingual counts
-# are ../shared/corpora/README.md's, which that setup does not filter).
-SIZES = {"multidomain": (17337, 4527), "multilingual": (137104, 1616)}
-CORPORA = {"multidomain": 4, "multilingual": 8}
+# Training pairs after cleaning (uat-train's "data:" line; the multilingual counts are ../shared/corpora/README.md's,
+# which that setup does not filter).
+MULTIDOMAIN_SIZES = {"software": 17337, "descriptions": 11025, "bible": 8867, "dictionary": 4527}
+MULTILINGUAL_SIZES = {"it": 137104, "fr": 53133, "de": 38340, "ja": 13638, "ko": 11477, "ru": 10086, "cs": 6136,
+                      "zh_CN": 1616}
+#: Issue 26: a language with fewer training pairs than this cannot show what a mix does for it.
+MIN_TRAINING_PAIRS = 1000
 #: mixing-law's probe phase is at most this share of each update interval (its update_every is raised to fit).
 PROBE_SHARE = 0.25
 #: mixing-law's dev-loss forwards, estimated as a share of the training compute, at most this (issue 26's 3 %
@@ -59,7 +62,7 @@ DEMO_OUTPUT = {
 }
 MULTILINGUAL_DATA = {
     "corpus_dir": "../shared/corpora/multilingual-ddtp", "direction": "many-to-one", "target_lang": "en",
-    "corpora": ["it", "fr", "de", "ja", "ko", "ru", "cs", "zh_CN"],
+    "corpora": list(MULTILINGUAL_SIZES),
     # The length-ratio filter counts whitespace words: Japanese and Chinese sources have almost none.
     "max_length_ratio": None, "max_source_length": 96, "max_target_length": 96,
 }
@@ -106,6 +109,18 @@ REGIMES: dict[tuple[str, str], dict] = {
                    **DEMO_OUTPUT, "generation_num_beams": 1, "generation_max_length": 96},
         "update_every": 100, "scorer_lr": 1.2e-3,
     },
+    ("multilingual", "B2"): {
+        "about": "regime B2: multilingual B reshaped so that every language keeps >= 1,000 training pairs (issue "
+                 "26): zh_CN (1.6K pairs) is dropped, and 20 % of the other 7 languages are kept (train_fraction "
+                 "0.2: it 27.4K down to cs 1.2K, 54K pairs, ratios kept). Keeping zh_CN would need train_fraction "
+                 ">= 0.62, 168K pairs, under 1.5 epochs of the 8M-token budget: far from the many epochs regime B "
+                 "aims at. Otherwise multilingual B: the same model, batches, steps, decoding and dev evaluations.",
+        "fields": {**MULTILINGUAL_DATA, "corpora": [c for c in MULTILINGUAL_SIZES if c != "zh_CN"],
+                   "train_fraction": 0.2, **DEMO_MODEL, "vocab_size": 8000, **DEMO_OPTIMISATION, "max_tokens": 4000,
+                   "max_steps": 2000, **_evaluate_on_dev(2000, first_quarter=3), "save_strategy": "steps",
+                   "save_steps": 500, **DEMO_OUTPUT, "generation_num_beams": 1, "generation_max_length": 96},
+        "update_every": 100, "scorer_lr": 8.2e-4,
+    },
 }
 
 #: Balancing fields beyond the schedule: the demo's cheap measurement (K = 5 passes on 512 dev tokens per corpus).
@@ -113,12 +128,20 @@ DEV_BATCH = {"dev_batch_tokens": 512}
 MC_SAMPLES = {"mc_samples": 5}
 
 
+def corpus_sizes(setup: str, regime: str) -> dict[str, int]:
+    """Training pairs of each corpus of a grid before ``train_fraction`` (which keeps their ratios)."""
+    if setup == "multidomain":
+        return MULTIDOMAIN_SIZES
+    return {corpus: MULTILINGUAL_SIZES[corpus] for corpus in REGIMES[setup, regime]["fields"]["corpora"]}
+
+
 def drift(setup: str, regime: str) -> dict[str, float]:
     """The scorer's possible travel over a run and in one update, against the corpora's log-size spread."""
     settings = REGIMES[setup, regime]
     updates = (settings["fields"]["max_steps"] - 1) // settings["update_every"]
     per_update = SCORER_STEPS * settings["scorer_lr"]
-    largest, smallest = SIZES[setup]
+    sizes = corpus_sizes(setup, regime)
+    largest, smallest = max(sizes.values()), min(sizes.values())
     spread = math.log(largest / smallest)
     return {"updates": updates, "travel": updates * per_update, "per_update": per_update, "spread": spread,
             "ratio": updates * per_update / spread}
@@ -131,7 +154,7 @@ def _mixing_law_cost(setup: str, regime: str, measurement: dict) -> dict:
     worth) in the interval."""
     from uat_hf.mixing_law import MixingLawSettings
 
-    settings, n = REGIMES[setup, regime], CORPORA[setup]
+    settings, n = REGIMES[setup, regime], len(corpus_sizes(setup, regime))
     law = MixingLawSettings(sweeps=measurement.get("mixing_law_sweeps", MixingLawSettings.sweeps))
     probe = law.probe_steps(n)
     update_every = settings["update_every"]
@@ -163,11 +186,11 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
     if strategy == "temperature":
         notes.append("temperature: τ = 5, the strategy's default (the paper's).")
     if strategy.startswith(("multiuat", "multidds")):
-        d = drift(setup, regime)
+        d, sizes = drift(setup, regime), corpus_sizes(setup, regime).values()
         notes.append(
             f"Scorer drift: {d['updates']} updates before the last step x {SCORER_STEPS} scorer steps x "
             f"scorer_lr {settings['scorer_lr']:g} = {d['travel']:.2f} of possible travel of psi, against "
-            f"ln(largest/smallest) = ln({SIZES[setup][0]}/{SIZES[setup][1]}) = {d['spread']:.2f}: ratio "
+            f"ln(largest/smallest) = ln({max(sizes)}/{min(sizes)}) = {d['spread']:.2f}: ratio "
             f"{d['ratio']:.2f}; one update moves psi by at most {d['per_update']:.2f}.")
         fields.update(MC_SAMPLES if strategy.startswith("multiuat") else {}, **DEV_BATCH,
                       update_every=settings["update_every"], scorer_lr=settings["scorer_lr"])
