@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setups", nargs="*", help="multidomain, multilingual (default: all)")
-    parser.add_argument("--regimes", nargs="*", help="A, B (default: all)")
+    parser.add_argument("--regimes", nargs="*", help="A, B, B2 (default: all)")
     parser.add_argument("--strategies", nargs="*", help="e.g. proportional multiuat-entsent (default: all)")
     parser.add_argument("--cells", nargs="*", help="whole cell names, e.g. multidomain-A-uniform")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])

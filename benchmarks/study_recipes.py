@@ -30,8 +30,6 @@ SCORER_STEPS = 200  # UATConfig's default, the released code's 200 Adam steps pe
 MULTIDOMAIN_SIZES = {"software": 17337, "descriptions": 11025, "bible": 8867, "dictionary": 4527}
 MULTILINGUAL_SIZES = {"it": 137104, "fr": 53133, "de": 38340, "ja": 13638, "ko": 11477, "ru": 10086, "cs": 6136,
                       "zh_CN": 1616}
-#: Issue 26: a language with fewer training pairs than this cannot show what a mix does for it.
-MIN_TRAINING_PAIRS = 1000
 #: mixing-law's probe phase is at most this share of each update interval (its update_every is raised to fit).
 PROBE_SHARE = 0.25
 #: mixing-law's dev-loss forwards, estimated as a share of the training compute, at most this (issue 26's 3 %

@@ -123,3 +123,22 @@ def corpus_of(sampler, index: int) -> str:
     import numpy as np
 
     return sampler.names[int(np.searchsorted(sampler.offsets, index, side="right")) - 1]
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ (not a package) as a module; the folder is on sys.path while it loads, as when the
+    script runs, so that it can import its siblings (profile_update imports training_overhead)."""
+    import importlib.util
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module

@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import datasets
 import pytest
 import torch
 
+from conftest import load_benchmark
 from uat_hf.presets import build_model
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _benchmark(name: str):
-    """A script of benchmarks/ as a module (profile_update imports training_overhead from its folder)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
-
-
-overhead = _benchmark("training_overhead")
+overhead = load_benchmark("training_overhead")
 
 
 def _four_domains() -> dict:
@@ -85,7 +67,7 @@ def test_profile_parts_are_read_from_a_real_cprofile_run():
     import cProfile
     import pstats
 
-    profile_update = _benchmark("profile_update")
+    profile_update = load_benchmark("profile_update")
     model = torch.nn.Linear(4, 4)
     profiler = cProfile.Profile()
     profiler.enable()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
+from conftest import load_benchmark
 from uat_hf.cli import train as cli
 from uat_hf.cli.arguments import DataArguments
 from uat_hf.cli.train_data import keep_fraction
@@ -131,22 +132,8 @@ def _scores(metrics: dict) -> dict:
 
 # ----------------------------------------------------------------------------------- the driver and the report
 
-def _benchmark(name: str):
-    """A script of benchmarks/ (not a package) as a module."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-study_driver, study_report = _benchmark("study"), _benchmark("study_report")
-study_recipes = _benchmark("study_recipes")
+study_driver, study_report = load_benchmark("study"), load_benchmark("study_report")
+study_recipes = load_benchmark("study_recipes")
 GRID = ("proportional", "uniform", "multiuat-entsent")  # two static priors and a dynamic strategy
 
 
@@ -333,6 +320,17 @@ def test_driver_and_report_on_real_three_step_runs(tmp_path):
     text = study_report.write_report(tmp_path / "archive", tmp_path / "results.md", tmp_path / "figures")
     assert (tmp_path / "figures" / "tiny-A-multiuat-entsent_p.png").is_file()
     assert "(figures/tiny-A-multiuat-entsent_p.png)" in text
+    # paired_runs re-tests the archived hypotheses and finds what uat-evaluate --compare found
+    paired_runs = load_benchmark("paired_runs")
+    compared = paired_runs.compare(tmp_path / "archive" / "tiny-A-multiuat-entsent",
+                                   tmp_path / "archive" / "tiny-A-proportional", seed=1)
+    for corpus, test in results["significance"]["corpora"].items():
+        assert compared["corpora"][corpus] == pytest.approx(
+            {key: test["bleu"][key] for key in ("system", "baseline", "p_value")})
+    (packed / "results.json").write_text(json.dumps({**results, "mean": {"bleu": results["mean"]["bleu"] + 1}}))
+    with pytest.raises(ValueError, match="hypotheses score system BLEU other than its results.json"):
+        paired_runs.compare(tmp_path / "archive" / "tiny-A-multiuat-entsent",
+                            tmp_path / "archive" / "tiny-A-proportional", seed=1)
 
 
 def test_study_recipes_are_current_and_parse():
@@ -341,7 +339,7 @@ def test_study_recipes_are_current_and_parse():
     folder = Path(study_recipes.RECIPES)
     on_disk = {path.name: path.read_text() for path in folder.glob("*.yaml")}
     assert on_disk == study_recipes.all_recipes(), "run python benchmarks/study_recipes.py"
-    assert len(on_disk) == 24  # 3 grids × 8 strategies (mixing-law included)
+    assert len(on_disk) == 32  # 4 grids × 8 strategies (mixing-law included)
     for setup, regime in study_recipes.REGIMES:
         assert 0.9 <= study_recipes.drift(setup, regime)["ratio"] <= 1.1  # DESIGN.md: travel ~ log-size spread
         assert study_recipes.drift(setup, regime)["updates"] >= 10
@@ -349,6 +347,12 @@ def test_study_recipes_are_current_and_parse():
     assert (training.strategy, training.measure, data.train_fraction) == ("multiuat", "exptp", 0.25)
     training, *_ = cli.parse_arguments(["--config", str(folder / "multilingual-B-mixing-law.yaml")])
     assert (training.strategy, training.update_every) == ("mixing-law", 200)  # 48 probe steps: <= 25 % of it
+    training, data, *_ = cli.parse_arguments(["--config", str(folder / "multilingual-B2-proportional.yaml")])
+    assert "zh_CN" not in data.corpora and len(data.corpora) == 7
+    kept = {c: round(data.train_fraction * study_recipes.MULTILINGUAL_SIZES[c]) for c in data.corpora}
+    assert min(kept.values()) == kept["cs"] == 1227  # issue 26: every language keeps >= 1,000 training pairs
+    assert study_recipes.corpus_sizes("multilingual", "B2") == {c: study_recipes.MULTILINGUAL_SIZES[c]
+                                                                 for c in data.corpora}
     for setup, regime in study_recipes.REGIMES:  # issue 26: the dev-loss forwards cost at most 3 % of training
         assert study_recipes.mixing_law_schedule(setup, regime)["cost"] <= study_recipes.MEASURING_SHARE
     training, *_ = cli.parse_arguments(["--config", str(folder / "multidomain-A-mixing-law.yaml")])
