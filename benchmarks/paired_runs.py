@@ -76,7 +76,7 @@ def report(system: Path, baseline: Path, seeds: list[int]) -> str:
         lines.append(f"| {seed} | {c['baseline']:.2f} | {c['system']:.2f} | {c['system'] - c['baseline']:+.2f} | "
                      f"{' | '.join(cells)} |")
     deltas = [c["system"] - c["baseline"] for c in compared.values()]
-    summary = f"mean Δ {statistics.mean(deltas):+.2f} over {len(deltas)} seeds"
+    summary = f"mean Δ {statistics.mean(deltas):+.2f} over {len(deltas)} seed{'s' if len(deltas) > 1 else ''}"
     if len(deltas) > 1:
         sd = statistics.stdev(deltas)
         smallest = detectable(sd, len(deltas))
