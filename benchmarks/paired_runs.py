@@ -15,18 +15,19 @@ mean difference of the macro BLEU with the smallest difference a paired t-test o
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
+from study import unpack_hypotheses
 from study_report import detectable
 
 from uat_hf.cli.evaluate import parse_arguments
 from uat_hf.cli.train_data import evaluation_specs
 from uat_hf.corpora import load_corpus_split
-from uat_hf.evaluation import paired_significance
+from uat_hf.evaluation import paired_significance, read_hypotheses
 
 
 def references(run: Path) -> dict[str, list[str]]:
@@ -37,31 +38,22 @@ def references(run: Path) -> dict[str, list[str]]:
     return {name: refs[:data.max_eval_examples] for name, refs in targets.items()}
 
 
-def hypotheses(run: Path, corpus: str, expected: int) -> list[str]:
-    lines = gzip.decompress((run / "hypotheses" / f"{corpus}.txt.gz").read_bytes()).decode("utf-8").split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    if len(lines) != expected:
-        raise ValueError(f"{run}: {corpus} has {len(lines)} hypotheses for {expected} references; compare runs "
-                         "scored on the same test sets.")
-    return lines
-
-
 def compare(system: Path, baseline: Path, seed: int) -> dict:
     """Per corpus: system and baseline BLEU and the paired test's p-value; and the two macro means."""
-    system_run, baseline_run = system / f"seed{seed}", baseline / f"seed{seed}"
+    runs = {"system": system / f"seed{seed}", "baseline": baseline / f"seed{seed}"}
     rows = {}
-    for corpus, refs in references(system_run).items():
-        result, _ = paired_significance(hypotheses(system_run, corpus, len(refs)),
-                                        hypotheses(baseline_run, corpus, len(refs)), refs, seed=seed)
-        rows[corpus] = result["bleu"]
-    for run in (system_run, baseline_run):  # the hypotheses are the ones the archive scored
+    with tempfile.TemporaryDirectory() as scratch:
+        folders = {side: unpack_hypotheses(run, Path(scratch) / side) for side, run in runs.items()}
+        for corpus, refs in references(runs["system"]).items():
+            system_lines, baseline_lines = (read_hypotheses(folders[side], corpus, expected=len(refs))
+                                            for side in ("system", "baseline"))
+            rows[corpus] = paired_significance(system_lines, baseline_lines, refs, seed=seed)[0]["bleu"]
+    means = {side: statistics.mean(row[side] for row in rows.values()) for side in runs}
+    for side, run in runs.items():  # the hypotheses are the ones the archive scored
         archived = json.loads((run / "results.json").read_text())["mean"]["bleu"]
-        side = "system" if run is system_run else "baseline"
-        if abs(statistics.mean(row[side] for row in rows.values()) - archived) > 0.01:
+        if abs(means[side] - archived) > 0.01:
             raise ValueError(f"{run}: its hypotheses score {side} BLEU other than its results.json ({archived:.2f}).")
-    return {"corpora": rows, "system": statistics.mean(r["system"] for r in rows.values()),
-            "baseline": statistics.mean(r["baseline"] for r in rows.values())}
+    return {"corpora": rows, **means}
 
 
 def report(system: Path, baseline: Path, seeds: list[int]) -> str:

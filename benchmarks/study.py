@@ -195,9 +195,7 @@ class Study:
         """The baseline's hypotheses folder; restored from the archive when the run folder is gone."""
         folder = self.run_dir(baseline) / SCORE_DIR / "hypotheses"
         if not folder.is_dir() and self.finished(baseline):
-            folder.mkdir(parents=True)
-            for packed in (self.archive_dir(baseline) / "hypotheses").glob("*.txt.gz"):
-                (folder / packed.name[:-3]).write_bytes(gzip.decompress(packed.read_bytes()))
+            unpack_hypotheses(self.archive_dir(baseline), folder)
         return folder
 
     # ------------------------------------------------------------------ steps
@@ -305,6 +303,15 @@ class Study:
         for run in runs:
             shutil.rmtree(self.archive_dir(run), ignore_errors=True)
             shutil.rmtree(self.run_dir(run) if training else self.run_dir(run) / SCORE_DIR, ignore_errors=True)
+
+
+def unpack_hypotheses(archived: Path, folder: Path) -> Path:
+    """An archived run's ``hypotheses/<corpus>.txt.gz`` as the ``<corpus>.txt`` folder that ``uat-evaluate
+    --compare`` (:func:`uat_hf.evaluation.read_hypotheses`) reads."""
+    folder.mkdir(parents=True)
+    for packed in (archived / "hypotheses").glob("*.txt.gz"):
+        (folder / packed.name[:-3]).write_bytes(gzip.decompress(packed.read_bytes()))
+    return folder
 
 
 def select(cells: list[str], *, setups=None, regimes=None, strategies=None, only=None, seeds=(1, 2, 3)) -> list[Run]:
