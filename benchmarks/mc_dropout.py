@@ -29,13 +29,13 @@ import numpy as np
 import psutil
 import torch
 
-from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
-from uat_hf.measures import eos_positions, position_statistics, sentence_uncertainty
-from uat_hf.presets import build_model
-from uat_hf.tokenization import train_joint_tokenizer
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
-from uat_hf.uncertainty import UncertaintyReward
+from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
+from uat_hf.data.tokenization import train_joint_tokenizer
+from uat_hf.models.presets import build_model
+from uat_hf.strategies.multiuat.measures import eos_positions, position_statistics, sentence_uncertainty
+from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
 
 
 class PeakMemory:

@@ -8,7 +8,7 @@ Each folder holds ``seed<N>/`` as ``benchmarks/study.py`` archives a run: ``reci
 this script pairs runs the driver does not, such as a check retrained on another device (docs/study.md,
 "Device check"), where only runs trained on the same device make a pair. The test sets are read from the
 first folder's recipe, as ``uat-evaluate`` reads them; each corpus gets ``uat-evaluate --compare``'s paired
-test (:func:`uat_hf.evaluation.paired_significance`, seeded with the run's seed), and the seeds give the
+test (:func:`uat_hf.evaluation.saved_runs.paired_significance`, seeded with the run's seed), and the seeds give the
 mean difference of the macro BLEU with the smallest difference a paired t-test over them could detect.
 """
 
@@ -26,8 +26,8 @@ from study_report import detectable
 
 from uat_hf.cli.evaluate import parse_arguments
 from uat_hf.cli.train_data import evaluation_specs
-from uat_hf.corpora import load_corpus_split
-from uat_hf.evaluation import paired_significance, read_hypotheses
+from uat_hf.data.corpora import load_corpus_split
+from uat_hf.evaluation.saved_runs import paired_significance, read_hypotheses
 
 
 def references(run: Path) -> dict[str, list[str]]:

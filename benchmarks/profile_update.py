@@ -7,7 +7,8 @@ without a profiler (its wall time), the last runs under ``cProfile`` (and ``torc
 
 - drawing and collating the dev batches (and MultiDDS-S's fresh train batches);
 - ``reward.compute``: host→device copies (``Tensor.to``), the model's forward passes (every ``nn.Module``
-  call: the K MC-dropout passes, or MultiDDS-S's loss passes), the measure math (``uat_hf.measures``), the
+  call: the K MC-dropout passes, or MultiDDS-S's loss passes), the measure math
+  (``uat_hf.strategies.multiuat.measures``), the
   loss, the backward passes (``torch.autograd.grad``), host syncs (``.item``/``.cpu``/``.tolist``);
 - the all-reduce over ranks; the distribution's update (the scorer's steps).
 
@@ -34,8 +35,8 @@ from typing import Any
 import torch
 from training_overhead import add_setup_arguments, load_data, make_trainer, padded_tokens
 
-from uat_hf.checkpoints import HISTORY_FILE
-from uat_hf.plotting import load_history
+from uat_hf.evaluation.plotting import load_history
+from uat_hf.utils.checkpoints import HISTORY_FILE
 
 #: (indent, label, [(file name ending, function name), ...]): the parts of one update, by cumulative time.
 PARTS = (

@@ -21,8 +21,8 @@ import pyarrow as pa
 import torch
 from datasets import Dataset, load_from_disk
 
-from uat_hf.distribution import CorpusDistribution
-from uat_hf.sampler import CorpusBatchSampler
+from uat_hf.sampling.distribution import CorpusDistribution
+from uat_hf.sampling.sampler import CorpusBatchSampler
 
 
 def synthetic_corpus(rng: np.random.Generator, size: int, vocab: int = 8000) -> Dataset:
@@ -40,10 +40,10 @@ def training_step_seconds(max_tokens: int, steps: int = 3) -> float:
     """Seconds per optimizer step of the 'small' preset on a batch of ``max_tokens`` padded tokens.
 
     The model is the one ``uat-train`` builds for ``model_name_or_path: small``: a joint BPE vocabulary of
-    8,000 tokens trained on the bundled sample, then :func:`~uat_hf.presets.build_model`."""
-    from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpus_split
-    from uat_hf.presets import build_model
-    from uat_hf.tokenization import train_joint_tokenizer
+    8,000 tokens trained on the bundled sample, then :func:`~uat_hf.models.presets.build_model`."""
+    from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpus_split
+    from uat_hf.data.tokenization import train_joint_tokenizer
+    from uat_hf.models.presets import build_model
 
     specs = corpus_specs_from_directory(BUNDLED_DIR / "multidomain-en-de", "en", "de")
     tokenizer = train_joint_tokenizer([load_corpus_split(s, "train") for s in specs], vocab_size=8000)

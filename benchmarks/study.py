@@ -43,8 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from uat_hf.checkpoints import checkpoint_folders, last_complete_checkpoint
-from uat_hf.distribution import STATIC_STRATEGIES
+from uat_hf.sampling.distribution import STATIC_STRATEGIES
+from uat_hf.utils.checkpoints import checkpoint_folders, last_complete_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -307,7 +307,7 @@ class Study:
 
 def unpack_hypotheses(archived: Path, folder: Path) -> Path:
     """An archived run's ``hypotheses/<corpus>.txt.gz`` as the ``<corpus>.txt`` folder that ``uat-evaluate
-    --compare`` (:func:`uat_hf.evaluation.read_hypotheses`) reads."""
+    --compare`` (:func:`uat_hf.evaluation.saved_runs.read_hypotheses`) reads."""
     folder.mkdir(parents=True)
     for packed in (archived / "hypotheses").glob("*.txt.gz"):
         (folder / packed.name[:-3]).write_bytes(gzip.decompress(packed.read_bytes()))

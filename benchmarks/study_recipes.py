@@ -150,7 +150,7 @@ def _mixing_law_cost(setup: str, regime: str, measurement: dict) -> dict:
     windows take at most :data:`PROBE_SHARE` of it), the probe steps, the dev batches per update, and the dev
     tokens run forward per update as a share of the tokens trained forward and backward (about 3 forwards'
     worth) in the interval."""
-    from uat_hf.mixing_law import MixingLawSettings
+    from uat_hf.strategies.mixing_law.law import MixingLawSettings
 
     settings, n = REGIMES[setup, regime], len(corpus_sizes(setup, regime))
     law = MixingLawSettings(sweeps=measurement.get("mixing_law_sweeps", MixingLawSettings.sweeps))

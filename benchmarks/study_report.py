@@ -267,7 +267,7 @@ def convergence_table(runs: list[ArchivedRun]) -> list[str]:
 
 def figures(runs: list[ArchivedRun], out: Path, page: Path) -> list[str]:
     """p over training for every dynamic strategy and the MultiDDS-S cosine heatmap, from the lowest seed."""
-    from uat_hf.plotting import plot_cosine_heatmap, plot_law_heatmap, plot_probabilities
+    from uat_hf.evaluation.plotting import plot_cosine_heatmap, plot_law_heatmap, plot_probabilities
 
     lines = []
     for strategy in _strategies(runs):

@@ -14,7 +14,7 @@ with t_fwd the measured time of one MC-dropout forward pass on a dev batch and t
 static training step.
 
 ``--corpora N`` splits the bundled corpora deterministically into N named corpora of varied sizes
-(:func:`named_corpora`), ``--preset`` takes any preset of ``uat_hf.presets`` (``small``, ``transformer_base``,
+(:func:`named_corpora`), ``--preset`` takes any preset of ``uat_hf.models.presets`` (``small``, ``transformer_base``,
 ``nllb-600m-config``: an NLLB-200-distilled-600M-sized M2M100 with random weights), ``--precision bf16``
 trains with the Trainer's ``bf16=True`` (autocast; on a CPU too).
 
@@ -40,15 +40,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from uat_hf.checkpoints import HISTORY_FILE
-from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
-from uat_hf.mixing_law import MixingLawSettings
-from uat_hf.plotting import load_history
-from uat_hf.presets import build_model
-from uat_hf.tokenization import train_joint_tokenizer
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
-from uat_hf.uncertainty import UncertaintyReward
+from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
+from uat_hf.data.tokenization import train_joint_tokenizer
+from uat_hf.evaluation.plotting import load_history
+from uat_hf.models.presets import build_model
+from uat_hf.strategies.mixing_law.law import MixingLawSettings
+from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
+from uat_hf.utils.checkpoints import HISTORY_FILE
 
 STATIC = "proportional"
 

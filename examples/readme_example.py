@@ -4,9 +4,9 @@
 from transformers import set_seed
 
 from uat_hf import UATConfig, UATTrainer
-from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
-from uat_hf.presets import build_model
-from uat_hf.tokenization import train_joint_tokenizer
+from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
+from uat_hf.data.tokenization import train_joint_tokenizer
+from uat_hf.models.presets import build_model
 
 # Four English→German domains of different sizes, bundled with the package (5K to 20K training pairs).
 specs = corpus_specs_from_directory(BUNDLED_DIR / "multidomain-en-de", "en", "de")

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.cli.train import parse_arguments, prepare, train_and_evaluate
-from uat_hf.plotting import plot_run
+from uat_hf.evaluation.plotting import plot_run
+from uat_hf.utils.checkpoints import HISTORY_FILE
 
 DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "demo.yaml"
 

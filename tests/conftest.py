@@ -15,9 +15,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from uat_hf.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split  # noqa: E402
-from uat_hf.presets import build_model  # noqa: E402
-from uat_hf.tokenization import train_joint_tokenizer  # noqa: E402
+from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split  # noqa: E402
+from uat_hf.data.tokenization import train_joint_tokenizer  # noqa: E402
+from uat_hf.models.presets import build_model  # noqa: E402
 
 MULTIDOMAIN = BUNDLED_DIR / "multidomain-en-de"
 

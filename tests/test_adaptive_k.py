@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from transformers import DataCollatorForSeq2Seq
 
-from uat_hf.uat_config import UATConfig
-from uat_hf.uncertainty import UncertaintyReward
+from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward
+from uat_hf.training.uat_config import UATConfig
 
 
 def dev_batches(corpora, tokenizer, model, names):

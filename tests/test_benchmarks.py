@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import load_benchmark
-from uat_hf.presets import build_model
+from uat_hf.models.presets import build_model
 
 overhead = load_benchmark("training_overhead")
 

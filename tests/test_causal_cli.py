@@ -8,10 +8,10 @@ import pytest
 import yaml
 from transformers import AutoConfig
 
-from uat_hf.causal_data import PROMPT_FILE
-from uat_hf.causal_models import is_causal_checkpoint
 from uat_hf.cli import train as cli
 from uat_hf.cli.evaluate import main as evaluate_main
+from uat_hf.data.causal_data import PROMPT_FILE
+from uat_hf.models.causal_models import is_causal_checkpoint
 
 RECIPE = {
     "strategy": "multiuat", "measure": "enteos", "mc_samples": 2, "update_every": 2, "dev_batch_tokens": 400,
@@ -60,7 +60,7 @@ def _recipe(tmp_path, **changes):
 def test_every_checkpoint_keeps_the_prompt_the_model_was_trained_with(tmp_path):
     """uat-evaluate asks a model with the prompt saved beside it, the default one when there is none: a checkpoint
     of a run with its own prompt_template must carry that template, or it is evaluated with another prompt."""
-    from uat_hf.causal_data import CausalPrompt
+    from uat_hf.data.causal_data import CausalPrompt
 
     template = "{source_language} → {target_language}: {source} ="
     config = _recipe(tmp_path, prompt_template=template, save_strategy="steps", save_steps=2)

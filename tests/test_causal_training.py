@@ -11,13 +11,13 @@ import trl
 from test_causal import causal_model
 
 from conftest import multidomain_specs
-from uat_hf.balancing import attach_balancing
-from uat_hf.callback import HISTORY_FILE
-from uat_hf.causal_data import CausalPrompt
-from uat_hf.checkpoints import BALANCING_STATE_FILE
-from uat_hf.corpora import load_corpora
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.data.causal_data import CausalPrompt
+from uat_hf.data.corpora import load_corpora
+from uat_hf.training.balancing import attach_balancing
+from uat_hf.training.callback import HISTORY_FILE
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
+from uat_hf.utils.checkpoints import BALANCING_STATE_FILE
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

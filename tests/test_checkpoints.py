@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from uat_hf.checkpoints import (
+from uat_hf.utils.checkpoints import (
     BALANCING_STATE_FILE,
     HISTORY_FILE,
     HistoryFile,
@@ -67,7 +67,7 @@ def test_resolve_resume_checkpoint_is_the_one_place_that_picks_the_checkpoint(tm
     true throughput to the final entry)."""
     from transformers import Seq2SeqTrainer
 
-    from uat_hf.uat_trainer import UATTrainer
+    from uat_hf.training.uat_trainer import UATTrainer
 
     make_checkpoint(tmp_path / "checkpoint-10", trainer_state='{"global_step": 10}')
     make_checkpoint(tmp_path / "checkpoint-20", trainer_state='{"global_step": 20}', balancing_state=None)

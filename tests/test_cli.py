@@ -9,7 +9,7 @@ import yaml
 
 from uat_hf.cli import train as cli
 from uat_hf.cli.parsing import recipe_to_dataclasses
-from uat_hf.recipe import RECIPE_FILE, Recipe
+from uat_hf.cli.recipe import RECIPE_FILE, Recipe
 
 # A tiny but real run: 2 bundled domains for training, a third domain as an evaluation-only corpus.
 TINY = {
@@ -93,8 +93,8 @@ def test_end_to_end_run_writes_results_model_tokenizer_and_recipe(tmp_path, caps
         (results["eval_bible_bleu"] + results["eval_dictionary_bleu"]) / 2
     )
     # Model, tokenizer (with nothing missing to reload), the effective recipe with the override, a model card.
-    from uat_hf.presets import build_model
-    from uat_hf.tokenization import load_tokenizer
+    from uat_hf.data.tokenization import load_tokenizer
+    from uat_hf.models.presets import build_model
 
     tokenizer = load_tokenizer(str(out_dir))
     assert len(tokenizer) <= 300
@@ -194,7 +194,7 @@ def test_a_time_budget_only_stops_and_resume_gets_the_rest_of_it(tmp_path, capsy
     ],
 )
 def test_bad_input_fails_before_training_and_names_the_field(tmp_path, capsys, monkeypatch, changes, argv, message):
-    from uat_hf.uat_trainer import UATTrainer  # uat_hf.cli.train imports it when it runs, not at import time
+    from uat_hf.training.uat_trainer import UATTrainer  # uat_hf.cli.train imports it when it runs, not at import time
 
     monkeypatch.setattr(UATTrainer, "train", lambda *a, **k: pytest.fail("training started"))
     fields = {**TINY, "output_dir": str(tmp_path / "out"), **changes}

@@ -16,8 +16,8 @@ import yaml
 
 from conftest import save_marian_tokenizer
 from uat_hf.cli import train as cli
-from uat_hf.corpora import BUNDLED_DIR
-from uat_hf.tokenization import check_tags_in_vocab, load_tokenizer
+from uat_hf.data.corpora import BUNDLED_DIR
+from uat_hf.data.tokenization import check_tags_in_vocab, load_tokenizer
 
 MULTILINGUAL = BUNDLED_DIR / "multilingual-ddtp"
 TAGS = [">>de<<", ">>fr<<"]
@@ -86,7 +86,7 @@ def bundled_texts(n: int = 300) -> list[str]:
 def marian_dir(tmp_path_factory):
     """A MarianTokenizer (sentencepiece source/target models + vocab.json) without language tags, saved with
     save_pretrained, next to a tiny MarianMTModel sized to it: a pretrained opus-mt-like checkpoint."""
-    from uat_hf.presets import build_model
+    from uat_hf.models.presets import build_model
 
     checkpoint = tmp_path_factory.mktemp("marian") / "checkpoint"
     tokenizer = save_marian_tokenizer(bundled_texts(), checkpoint, vocab_size=400)
@@ -188,9 +188,9 @@ def test_offline_hub_tokenizer_exits_2_with_what_to_do(tmp_path, capsys):
 
 
 def test_offline_hub_model_and_recipe_say_what_to_do(tmp_path, capsys):
-    from uat_hf.hub_errors import HubUnavailableError
-    from uat_hf.presets import build_model
-    from uat_hf.recipe import Recipe
+    from uat_hf.cli.recipe import Recipe
+    from uat_hf.models.presets import build_model
+    from uat_hf.utils.hub_errors import HubUnavailableError
 
     tokenizer = None  # the model fails to load before the tokenizer is looked at
     with pytest.raises(HubUnavailableError, match=r"could not load model 'uat-hf-tests/no-such-model' from the "

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from uat_hf.cli import evaluate, train
+from uat_hf.cli.recipe import Recipe
 from uat_hf.cli.train_data import build_specs, evaluation_specs
-from uat_hf.recipe import Recipe
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
 ROOT = str(Path(__file__).parent.parent)

@@ -1,4 +1,4 @@
-"""Corpus loading, cleaning, tagging and tokenization (uat_hf.corpora) on real files and datasets."""
+"""Corpus loading, cleaning, tagging and tokenization (uat_hf.data.corpora) on real files and datasets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from uat_hf.corpora import (
+from uat_hf.data.corpora import (
     BUNDLED_DIR,
     CorpusSpec,
     PreprocessingConfig,
@@ -23,7 +23,7 @@ from uat_hf.corpora import (
     preprocess,
     tokenize_corpus,
 )
-from uat_hf.tokenization import train_joint_tokenizer
+from uat_hf.data.tokenization import train_joint_tokenizer
 
 MULTIDOMAIN = BUNDLED_DIR / "multidomain-en-de"
 MULTILINGUAL = BUNDLED_DIR / "multilingual-ddtp"
@@ -318,14 +318,14 @@ def test_a_filter_that_removes_much_of_a_corpus_warns_with_its_name(caplog):
         ("明日は雨が降るでしょう。", "It will probably rain tomorrow."),
         ("猫", "cat"),
     ]
-    with caplog.at_level("WARNING", logger="uat_hf.corpora"):
+    with caplog.at_level("WARNING", logger="uat_hf.data.corpora"):
         kept = preprocess(pairs(rows), PreprocessingConfig(max_length_ratio=1.5), corpus="ja")
     assert as_rows(kept) == [("猫", "cat")]
     warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warning) == 1 and "'ja'" in warning[0] and "removed 4 of 5" in warning[0]
     assert "max_length_ratio" in warning[0]
     caplog.clear()
-    with caplog.at_level("WARNING", logger="uat_hf.corpora"):  # a few misaligned pairs among many: no warning
+    with caplog.at_level("WARNING", logger="uat_hf.data.corpora"):  # a few misaligned pairs among many: no warning
         preprocess(pairs([(f"a{i} b", f"x{i} y") for i in range(9)] + [("a b c d", "x")]),
                    PreprocessingConfig(max_length_ratio=1.5), corpus="de")
     assert not [r for r in caplog.records if r.levelname == "WARNING"]

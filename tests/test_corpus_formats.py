@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from uat_hf.cli import train as cli
-from uat_hf.corpora import CorpusSpec, load_corpus_split
-from uat_hf.hub_errors import HubUnavailableError
+from uat_hf.data.corpora import CorpusSpec, load_corpus_split
+from uat_hf.utils.hub_errors import HubUnavailableError
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 OPENERS = {"": open, ".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
@@ -125,7 +125,7 @@ def test_moses_file_edited_after_a_load_is_read_again(tmp_path):
 def test_ted_talks_tsv_pairs_two_language_columns_and_logs_dropped_rows(tmp_path, caplog):
     file = write_ted(tmp_path / "all_talks_train.tsv", TED_ROWS)
     spec = CorpusSpec("de_en", "de", "en", format="ted_talks", train=str(file))
-    with caplog.at_level(logging.INFO, logger="uat_hf.corpus_formats"):
+    with caplog.at_level(logging.INFO, logger="uat_hf.data.corpus_formats"):
         pairs = load_corpus_split(spec, "train")
     # __NULL__, "_ _ NULL _ _" and empty cells are missing; quotes, "NA" and "null" are ordinary text.
     assert rows(pairs) == [("hallo Welt", "hello world"), ('"Anführung" bleibt', 'quotes "stay" text'),

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from uat_hf.distribution import CorpusDistribution
+from uat_hf.sampling.distribution import CorpusDistribution
 
 SIZES = {"news": 4000, "law": 1000, "medical": 500}
 

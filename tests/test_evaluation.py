@@ -12,8 +12,9 @@ import yaml
 
 from conftest import MULTIDOMAIN
 from uat_hf.cli.evaluate import main as evaluate_main
-from uat_hf.corpora import BUNDLED_DIR, load_corpora
-from uat_hf.evaluation import (
+from uat_hf.data.corpora import BUNDLED_DIR, load_corpora
+from uat_hf.evaluation.metrics import macro_average
+from uat_hf.evaluation.saved_runs import (
     eval_set_specs,
     load_translation_model,
     paired_significance,
@@ -21,10 +22,9 @@ from uat_hf.evaluation import (
     source_length_limit,
     write_hypotheses,
 )
-from uat_hf.metrics import macro_average
-from uat_hf.presets import build_model
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.models.presets import build_model
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
 
 SENTENCES = 5
 

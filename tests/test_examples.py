@@ -13,9 +13,9 @@ import pytest
 import yaml
 from nbclient import NotebookClient
 
-from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.cli.evaluate import main as evaluate_main
-from uat_hf.plotting import PROBABILITIES_PNG, REWARDS_PNG
+from uat_hf.evaluation.plotting import PROBABILITIES_PNG, REWARDS_PNG
+from uat_hf.utils.checkpoints import HISTORY_FILE
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TINY_NOTEBOOK = {

@@ -19,10 +19,10 @@ from transformers import AutoTokenizer
 from conftest import MULTIDOMAIN, multidomain_specs, save_marian_tokenizer
 from uat_hf.cli import evaluate as evaluate_cli
 from uat_hf.cli import train as train_cli
-from uat_hf.corpora import load_corpora, load_corpus_split
-from uat_hf.presets import build_model
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.data.corpora import load_corpora, load_corpus_split
+from uat_hf.models.presets import build_model
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
 
 RUN = ["--max_steps", "2", "--max_train_examples", "60", "--max_eval_examples", "3", "--max_source_length", "32",
        "--max_target_length", "32", "--generation_max_length", "6", "--generation_num_beams", "1",
@@ -35,8 +35,7 @@ O2M = ["--corpus_dir", "bundled:multilingual-ddtp", "--direction", "one-to-many"
 @pytest.fixture
 def no_tokenizer_training(monkeypatch):
     """Fails the test if uat-train trains a joint tokenizer (it must use the pretrained model's own)."""
-    from uat_hf import tokenization
-
+    from uat_hf.data import tokenization
     def refuse(*args, **kwargs):
         raise AssertionError("uat-train trained a new tokenizer for a pretrained model")
 

@@ -18,9 +18,9 @@ import torch
 from transformers import MarianConfig, MarianMTModel
 
 from conftest import launch_two_ranks
-from uat_hf.gradient_cosine import GradientCosineReward
-from uat_hf.rewards import sharding
-from uat_hf.uncertainty import UncertaintyReward
+from uat_hf.strategies.multidds_s.gradient_cosine import GradientCosineReward
+from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward
+from uat_hf.strategies.rewards import sharding
 
 HERE = Path(__file__).parent
 PAD = 63
@@ -133,9 +133,9 @@ def test_fsdp_and_zero3_models_are_refused_by_multidds_s():
 
 
 def test_fsdp_accelerator_makes_attach_refuse_multidds_s_before_training(tokenizer):
-    from uat_hf.balancing import balancing_reward
-    from uat_hf.presets import build_model
-    from uat_hf.uat_config import UATConfig
+    from uat_hf.models.presets import build_model
+    from uat_hf.training.balancing import balancing_reward
+    from uat_hf.training.uat_config import UATConfig
 
     config = UATConfig(output_dir="unused", strategy="multidds-s", report_to=[], use_cpu=True)
     model = build_model("tiny", tokenizer)

@@ -16,11 +16,11 @@ import torch
 from transformers import DataCollatorForSeq2Seq
 
 from conftest import free_port
-from uat_hf.checkpoints import HISTORY_FILE
-from uat_hf.gradient_cosine import GradientCosineReward
-from uat_hf.presets import build_model
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.models.presets import build_model
+from uat_hf.strategies.multidds_s.gradient_cosine import GradientCosineReward
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
+from uat_hf.utils.checkpoints import HISTORY_FILE
 
 TESTS = Path(__file__).resolve().parent
 COLUMNS = ("input_ids", "attention_mask", "labels")

@@ -14,15 +14,15 @@ import pytest
 import torch
 from transformers import M2M100Config, M2M100ForConditionalGeneration, MBartConfig, MBartForConditionalGeneration
 
-from uat_hf.corpora import BUNDLED_DIR, CorpusSpec, corpus_specs_from_directory, load_corpora, load_corpus_split
-from uat_hf.language_codes import (
+from uat_hf.data.corpora import BUNDLED_DIR, CorpusSpec, corpus_specs_from_directory, load_corpora, load_corpus_split
+from uat_hf.data.language_codes import (
     CorpusLanguageCodes,
     check_language_codes,
     corpus_language_codes,
     generation_kwargs,
 )
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
 
 HERE = Path(__file__).parent
 MULTILINGUAL = BUNDLED_DIR / "multilingual-ddtp"

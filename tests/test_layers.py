@@ -14,32 +14,21 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "uat_hf"
 
-#: Bottom to top.
-LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"names", "measure_names", "hub_errors", "adam", "checkpoints", "columns", "metrics"}),
-    ("math", {"priors", "measures", "scorer", "mixing_law"}),
-    ("distribution", {"distribution"}),
-    ("sampler", {"packing", "batch_choice", "sampler"}),
-    ("rewards", {"causal_model", "language_codes", "rewards", "uncertainty", "gradient_cosine", "dev_loss"}),
-    ("callback", {"callback"}),
-    ("trainer", {"balancing_arguments", "uat_config", "throughput", "balancing", "corpus_evaluation", "causal_eval",
-                 "uat_trainer"}),
-    ("data and recipes", {"corpus_files", "corpus_formats", "corpus_specs", "preprocessing", "corpora", "causal_data",
-                          "tokenization", "causal_models", "presets", "model_card", "recipe", "plotting",
-                          "evaluation"}),
-    ("command line", {"cli"}),
-]
+#: Bottom to top: the subpackages of uat_hf (CONTRIBUTING.md, "Layout").
+LAYERS: list[str] = ["utils", "data", "models", "sampling", "strategies", "evaluation", "training", "cli"]
+#: Upward imports still to remove: the distribution builds the scorer and the mixing law itself until the
+#: strategies plug in through their registry (issue 35). Nothing may be added here.
+PENDING_UPWARD = {"uat_hf.sampling.distribution": {"uat_hf.strategies.mixing_law.law", "uat_hf.strategies.scorer"}}
 #: Lines a module of one job may have.
 MAX_LINES = 400
 
 
 def layer_of(module: str) -> int:
-    """``uat_hf.x.y`` → the index of the layer holding ``x``."""
+    """``uat_hf.x.y`` → the index of subpackage ``x`` in :data:`LAYERS`."""
     top = module.split(".")[1]
-    for index, (_, members) in enumerate(LAYERS):
-        if top in members:
-            return index
-    raise AssertionError(f"uat_hf.{top} is in no layer of tests/test_layers.py: add it where it belongs")
+    if top not in LAYERS:
+        raise AssertionError(f"uat_hf.{top} is in no layer of tests/test_layers.py: put it in a subpackage")
+    return LAYERS.index(top)
 
 
 def module_name(path: Path) -> str:
@@ -73,8 +62,9 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
 def test_imports_run_one_way(path):
     own = layer_of(module_name(path))
-    upward = sorted(m for m in imported_modules(path) if layer_of(m) > own)
-    assert not upward, f"{module_name(path)} ({LAYERS[own][0]}) imports {upward} from a layer above it"
+    pending = PENDING_UPWARD.get(module_name(path), set())
+    upward = sorted(m for m in imported_modules(path) if layer_of(m) > own and m not in pending)
+    assert not upward, f"{module_name(path)} ({LAYERS[own]}) imports {upward} from a layer above it"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))

@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from uat_hf.measures import (
+from uat_hf.strategies.multiuat.measures import (
     ALL_MEASURES,
     MEASURES,
     RELEASED_CODE_MEASURES,

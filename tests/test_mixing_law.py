@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from uat_hf.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE
-from uat_hf.distribution import CorpusDistribution
-from uat_hf.mixing_law import (
+from uat_hf.evaluation.plotting import plot_run
+from uat_hf.models.presets import build_model
+from uat_hf.sampling.distribution import CorpusDistribution
+from uat_hf.strategies.mixing_law.law import (
     MixingLaw,
     MixingLawSettings,
     fit_law,
@@ -22,10 +23,9 @@ from uat_hf.mixing_law import (
     probe_order,
     smooth_law,
 )
-from uat_hf.plotting import plot_run
-from uat_hf.presets import build_model
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
+from uat_hf.utils.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE
 
 # ---------------------------------------------------------------------------------------------- the math
 

@@ -10,15 +10,15 @@ import torch
 from scipy import stats
 from transformers import DataCollatorForSeq2Seq
 
-from uat_hf.callback import HISTORY_FILE, CorpusBalancingCallback
-from uat_hf.distribution import CorpusDistribution
-from uat_hf.packing import draw_token_batch, split_by_tokens
-from uat_hf.presets import build_model
-from uat_hf.rewards import target_logits
-from uat_hf.sampler import CorpusBatchSampler
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
-from uat_hf.uncertainty import UncertaintyReward, batch_sentence_uncertainty, mc_dropout
+from uat_hf.models.presets import build_model
+from uat_hf.sampling.distribution import CorpusDistribution
+from uat_hf.sampling.packing import draw_token_batch, split_by_tokens
+from uat_hf.sampling.sampler import CorpusBatchSampler
+from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward, batch_sentence_uncertainty, mc_dropout
+from uat_hf.strategies.rewards import target_logits
+from uat_hf.training.callback import HISTORY_FILE, CorpusBalancingCallback
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
 
 
 @pytest.fixture
@@ -279,7 +279,12 @@ def test_passes_run_in_the_training_precision(tmp_path, corpora, tokenizer, tiny
 def test_rewards_equal_full_logit_passes_of_every_measure(tiny_model, corpora, collate):
     """The fast path (labels checked once, output layer at the scored or EOS positions only, statistics in chunks,
     no host sync per pass) gives the rewards of plain passes over the full logits, with the same masks."""
-    from uat_hf.measures import ALL_MEASURES, eos_positions, position_statistics, sentence_uncertainty
+    from uat_hf.strategies.multiuat.measures import (
+        ALL_MEASURES,
+        eos_positions,
+        position_statistics,
+        sentence_uncertainty,
+    )
 
     batches = [[dev_batch(corpora, collate, name, count=7)] for name in ("bible", "dictionary")]
     eos = tiny_model.config.eos_token_id

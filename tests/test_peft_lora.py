@@ -12,10 +12,10 @@ from peft import LoraConfig, get_peft_model
 from transformers import DataCollatorForSeq2Seq
 
 from uat_hf import UATConfig, UATTrainer
-from uat_hf.gradient_cosine import GradientCosineReward
-from uat_hf.presets import build_model
-from uat_hf.rewards import target_logits
-from uat_hf.uncertainty import UncertaintyReward, dropout_rates, mc_dropout
+from uat_hf.models.presets import build_model
+from uat_hf.strategies.multidds_s.gradient_cosine import GradientCosineReward
+from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward, dropout_rates, mc_dropout
+from uat_hf.strategies.rewards import target_logits
 
 TARGETS = ["q_proj", "v_proj", "fc1"]
 

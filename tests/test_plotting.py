@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from uat_hf.checkpoints import HISTORY_FILE
 from uat_hf.cli.plot import main as plot_main
-from uat_hf.plotting import (
+from uat_hf.evaluation.plotting import (
     COSINE_PNG,
     PROBABILITIES_PNG,
     REWARDS_PNG,
@@ -25,6 +24,7 @@ from uat_hf.plotting import (
     plot_probabilities,
     plot_run,
 )
+from uat_hf.utils.checkpoints import HISTORY_FILE
 
 NAMES = ["software", "bible", "dictionary"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -32,8 +32,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def test_plotting_and_the_run_file_names_load_without_torch():
     """Reading a run's output needs neither torch nor the Trainer: uat_hf imports its names lazily, the file
-    names live in uat_hf.checkpoints, and plotting imports no callback."""
-    code = ("import sys, uat_hf.plotting, uat_hf.checkpoints; "
+    names live in uat_hf.utils.checkpoints, and plotting imports no callback."""
+    code = ("import sys, uat_hf.evaluation.plotting, uat_hf.utils.checkpoints; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -154,8 +154,8 @@ def test_cli_argument_errors_exit_2(capsys, argv, message):
 
 
 def test_real_multidds_run_plots_its_cosine_heatmap(tmp_path, corpora, tokenizer, tiny_model):
-    from uat_hf.uat_config import UATConfig
-    from uat_hf.uat_trainer import UATTrainer
+    from uat_hf.training.uat_config import UATConfig
+    from uat_hf.training.uat_trainer import UATTrainer
 
     args = UATConfig(
         output_dir=str(tmp_path / "run"), strategy="multidds-s", max_steps=2, update_every=1, max_tokens=300,

@@ -1,4 +1,4 @@
-"""Model presets and model construction (uat_hf.presets)."""
+"""Model presets and model construction (uat_hf.models.presets)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import MarianMTModel
 
-from uat_hf.presets import MODEL_PRESETS, build_model
-from uat_hf.tokenization import train_joint_tokenizer
+from uat_hf.data.tokenization import train_joint_tokenizer
+from uat_hf.models.presets import MODEL_PRESETS, build_model
 
 # preset: (layers per side, heads, d_model, ffn, dropout)
 PAPER_SIZES = {

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from uat_hf import recipe as recipe_module
+from uat_hf.cli import recipe as recipe_module
 from uat_hf.cli.arguments import DataArguments, ModelArguments
 from uat_hf.cli.parsing import recipe_to_dataclasses
+from uat_hf.cli.recipe import MODEL_CARD_FILE, RECIPE_FILE, Recipe
 from uat_hf.cli.run_arguments import RunArguments
 from uat_hf.cli.train import parse_arguments
-from uat_hf.corpus_specs import corpus_specs_from_directory, resolve_bundled
-from uat_hf.recipe import MODEL_CARD_FILE, RECIPE_FILE, Recipe
-from uat_hf.uat_config import UATConfig
+from uat_hf.data.corpus_specs import corpus_specs_from_directory, resolve_bundled
+from uat_hf.training.uat_config import UATConfig
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
 SHIPPED = sorted(RECIPES_DIR.glob("*.yaml"))
@@ -240,8 +240,8 @@ def test_push_to_hub_uploads_the_recipe_that_from_pretrained_reads_back(tmp_path
 
 def test_dead_helpers_are_gone():
     """Nothing used Recipe.updated, CorpusBatchSampler.corpus_of or the STATE_FILE alias of the callback module."""
-    from uat_hf import callback
-    from uat_hf.sampler import CorpusBatchSampler
+    from uat_hf.sampling.sampler import CorpusBatchSampler
+    from uat_hf.training import callback
 
     assert not hasattr(Recipe, "updated")
     assert not hasattr(CorpusBatchSampler, "corpus_of")

@@ -16,8 +16,8 @@ import subprocess
 import pytest
 from test_cli_inputs import RUN, error_of, write_recipe
 
-from uat_hf.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, checkpoint_bytes
 from uat_hf.cli import train as cli
+from uat_hf.utils.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, checkpoint_bytes
 
 # Two steps of multiuat (an update after each), a checkpoint after each step.
 SAVED = {**RUN, "strategy": "multiuat", "measure": "exptp", "update_every": 1, "mc_samples": 2,

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from uat_hf.checkpoints import BALANCING_STATE_FILE as STATE_FILE
-from uat_hf.checkpoints import HISTORY_FILE
-from uat_hf.presets import build_model
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.models.presets import build_model
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
+from uat_hf.utils.checkpoints import BALANCING_STATE_FILE as STATE_FILE
+from uat_hf.utils.checkpoints import HISTORY_FILE
 
 
 class RecordingTrainer(UATTrainer):

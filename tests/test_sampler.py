@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from conftest import corpus_of
-from uat_hf.packing import example_lengths
-from uat_hf.priors import temperature_prior, validate_probabilities
-from uat_hf.sampler import CorpusBatchSampler
+from uat_hf.sampling.packing import example_lengths
+from uat_hf.sampling.priors import temperature_prior, validate_probabilities
+from uat_hf.sampling.sampler import CorpusBatchSampler
 
 NAMES = ("big", "mid", "small")
 

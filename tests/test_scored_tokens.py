@@ -32,13 +32,13 @@ from transformers import (
     Trainer,
 )
 
-from uat_hf.balancing import attach_balancing, balancing_reward
-from uat_hf.corpora import corpus_specs_from_directory, load_corpora
-from uat_hf.language_codes import GENERATION_KWARGS_FILE, language_code_ids
-from uat_hf.measures import IGNORE_INDEX, MEASURES
-from uat_hf.rewards import scored_mask
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.data.corpora import corpus_specs_from_directory, load_corpora
+from uat_hf.data.language_codes import GENERATION_KWARGS_FILE, language_code_ids
+from uat_hf.strategies.multiuat.measures import IGNORE_INDEX, MEASURES
+from uat_hf.strategies.rewards import scored_mask
+from uat_hf.training.balancing import attach_balancing, balancing_reward
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
 
 # ------------------------------------------------------------------------------------------- language codes
 
@@ -160,7 +160,7 @@ def test_a_corpus_whose_labels_show_no_code_is_warned_about(mbart, tmp_path, cap
     tokenizer, data = mbart
     dev = {name: ds.select(range(3)) for name, ds in data["dev"].items()}
     corpora = {"de": dev["de"].remove_columns("labels"), "fr": dev["fr"]}
-    with caplog.at_level(logging.WARNING, logger="uat_hf.language_codes"):
+    with caplog.at_level(logging.WARNING, logger="uat_hf.data.language_codes"):
         trainer = UATTrainer(tiny_model(tokenizer, "mbart"), _config(tmp_path), eval_corpora=corpora,
                              processing_class=tokenizer)
     assert "Corpus 'de': MBart50Tokenizer places language codes, but it has no labels" in caplog.text
@@ -232,7 +232,7 @@ def test_an_encoder_only_model_in_uat_trainer_is_refused_before_training(corpora
 
 
 def test_a_causal_lm_is_not_refused():
-    from uat_hf.rewards import require_supported_model
+    from uat_hf.strategies.rewards import require_supported_model
 
     require_supported_model(GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1,
                                                        n_head=2)))

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from uat_hf import scorer as scorer_module
-from uat_hf.priors import validate_probabilities
-from uat_hf.scorer import PRIOR_FITS, RELEASED_FIT_TOLERANCE, CorpusScorer, NonFiniteRewardError
+from uat_hf.strategies import scorer as scorer_module
+from uat_hf.sampling.priors import validate_probabilities
+from uat_hf.strategies.scorer import PRIOR_FITS, RELEASED_FIT_TOLERANCE, CorpusScorer, NonFiniteRewardError
 
 NAMES = ["bible", "descriptions", "dictionary", "software"]
 PRIOR = [0.4, 0.3, 0.2, 0.1]

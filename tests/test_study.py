@@ -14,7 +14,7 @@ from conftest import load_benchmark
 from uat_hf.cli import train as cli
 from uat_hf.cli.arguments import DataArguments
 from uat_hf.cli.train_data import keep_fraction
-from uat_hf.uat_config import UATConfig
+from uat_hf.training.uat_config import UATConfig
 
 BUNDLED = {"corpus_dir": "bundled:multidomain-en-de", "source_lang": "en", "target_lang": "de"}
 
@@ -292,7 +292,7 @@ def test_smallest_detectable_difference_is_the_paired_t_threshold():
 def test_law_prediction_scores_a_law_that_holds_one_and_a_law_of_the_wrong_sign_minus_one():
     """The fall of window m's dev losses is A q_j plus a shared trend; the law of the previous update predicts it
     exactly (r = 1) when it is the same A, and exactly wrongly (r = −1) when it is −A. The trend is left out."""
-    from uat_hf.mixing_law import probe_mixes, probe_order
+    from uat_hf.strategies.mixing_law.law import probe_mixes, probe_order
 
     rng = np.random.default_rng(0)
     law = rng.normal(size=(4, 4))

@@ -1,4 +1,4 @@
-"""Joint tokenizer training and loading (uat_hf.tokenization), on the bundled text."""
+"""Joint tokenizer training and loading (uat_hf.data.tokenization), on the bundled text."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from transformers import AutoTokenizer, MarianTokenizer
 
 from conftest import save_marian_tokenizer
-from uat_hf.corpora import BUNDLED_DIR
-from uat_hf.tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
+from uat_hf.data.corpora import BUNDLED_DIR
+from uat_hf.data.tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
 
 TAGS = [">>de<<", ">>fr<<"]
 SENTENCES = [

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
 
 
 def make_args(tmp_path, **overrides) -> UATConfig:

@@ -19,13 +19,13 @@ from transformers import (
 )
 
 from conftest import corpus_of
-from uat_hf.balancing import attach_balancing
-from uat_hf.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE
-from uat_hf.corpus_evaluation import CorpusEvaluation
-from uat_hf.metrics import detokenize, translation_scores
-from uat_hf.presets import build_model
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import SIGNATURES_FILE, UATTrainer
+from uat_hf.evaluation.corpus_evaluation import CorpusEvaluation
+from uat_hf.evaluation.metrics import detokenize, translation_scores
+from uat_hf.models.presets import build_model
+from uat_hf.training.balancing import attach_balancing
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import SIGNATURES_FILE, UATTrainer
+from uat_hf.utils.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE
 
 
 def make_args(tmp_path, **overrides) -> UATConfig:
@@ -334,7 +334,7 @@ def test_predictions_gathered_with_padding_come_back_in_row_order():
     length-sorted corpus are put back in order."""
     from transformers.trainer_utils import PredictionOutput
 
-    from uat_hf.corpus_evaluation import in_original_order
+    from uat_hf.evaluation.corpus_evaluation import in_original_order
 
     order = [2, 0, 1]  # the corpus's rows as generated: longest source first
     generated = np.array([[20], [0], [10], [20]])  # row 2, row 0, row 1, then a repeat of row 2 from the gather

@@ -30,16 +30,16 @@ from datasets import Dataset
 from transformers import HfArgumentParser
 
 from conftest import corpus_of
-from uat_hf.callback import CorpusBalancingCallback
-from uat_hf.checkpoints import BALANCING_STATE_FILE
-from uat_hf.corpora import CorpusSpec, corpus_specs_from_directory, load_corpora
-from uat_hf.language_codes import check_language_codes, corpus_language_codes
-from uat_hf.presets import build_model
-from uat_hf.sampler import CorpusBatchSampler
-from uat_hf.scorer import RELEASED_FIT_TOLERANCE
-from uat_hf.tokenization import train_joint_tokenizer
-from uat_hf.uat_config import UATConfig
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.data.corpora import CorpusSpec, corpus_specs_from_directory, load_corpora
+from uat_hf.data.language_codes import check_language_codes, corpus_language_codes
+from uat_hf.data.tokenization import train_joint_tokenizer
+from uat_hf.models.presets import build_model
+from uat_hf.sampling.sampler import CorpusBatchSampler
+from uat_hf.strategies.scorer import RELEASED_FIT_TOLERANCE
+from uat_hf.training.callback import CorpusBalancingCallback
+from uat_hf.training.uat_config import UATConfig
+from uat_hf.training.uat_trainer import UATTrainer
+from uat_hf.utils.checkpoints import BALANCING_STATE_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "uat_hf"
@@ -152,7 +152,7 @@ def stock_trainer(env: Env, model: Any, **kwargs: Any):
     """``attach_balancing`` on a stock ``Seq2SeqTrainer`` (multiuat), as a user of the callback would call it."""
     from transformers import Seq2SeqTrainer
 
-    from uat_hf.balancing import attach_balancing
+    from uat_hf.training.balancing import attach_balancing
 
     stock = Seq2SeqTrainer(model, config(env, strategy="multiuat", measure="exptp"), **kwargs)
     return attach_balancing(stock, env.train, env.dev)
@@ -663,7 +663,7 @@ def test_static_strategy_samples_with_the_given_probabilities(env: Env):
 
 def test_hand_given_probabilities_are_checked_once_at_the_boundary(env: Env, monkeypatch):
     """The values when the settings are made (UATConfig), the names once the corpora are known: one check each."""
-    import uat_hf.uat_config as uat_config
+    import uat_hf.training.uat_config as uat_config
 
     checks = []
     check = uat_config.check_corpus_probabilities

@@ -1,17 +1,17 @@
 """uat-hf: uncertainty-aware multi-corpus balancing (MultiUAT) for Hugging Face Transformers.
 
-The public API, by layer (imports run one way, top to bottom):
+The public API, by subpackage (imports run one way: utils → data → models → sampling → strategies →
+evaluation → training → cli):
 
-* math — :func:`temperature_prior`, :data:`MEASURES`, :class:`CorpusScorer`
-* the corpus distribution p, its one owner — :class:`CorpusDistribution`
-* sampling — :class:`CorpusBatchSampler` (reads p)
-* rewards — the interface and model helpers (``rewards``), :class:`UncertaintyReward` (MultiUAT, ``uncertainty``),
-  :class:`GradientCosineReward` (MultiDDS-S, ``gradient_cosine``)
-* callback — :class:`CorpusBalancingCallback`
-* trainer — :class:`UATConfig`, :func:`attach_balancing` and :class:`CorpusEvaluation` (a stock
-  ``Seq2SeqTrainer``), :class:`UATTrainer`
+* ``sampling`` — :class:`CorpusDistribution` (the one owner of p), :func:`temperature_prior`,
+  :class:`CorpusBatchSampler` (reads p)
+* ``strategies`` — :class:`CorpusScorer`; :data:`MEASURES` and :class:`UncertaintyReward` (MultiUAT),
+  :class:`GradientCosineReward` (MultiDDS-S)
+* ``evaluation`` — :class:`CorpusEvaluation` (per-corpus BLEU/chrF for a stock ``Seq2SeqTrainer``)
+* ``training`` — :class:`UATConfig`, :class:`UATTrainer`, :func:`attach_balancing`,
+  :class:`CorpusBalancingCallback`
 
-The names are imported on first use (PEP 562), so that ``import uat_hf.plotting`` (or any light module)
+The names are imported on first use (PEP 562), so that ``import uat_hf.evaluation.plotting`` (or any light module)
 does not load torch and Transformers' trainer; ``from uat_hf import UATTrainer`` works as usual.
 """
 
@@ -24,37 +24,37 @@ __version__ = "0.1.0"
 
 #: Public name → the module that defines it.
 _EXPORTS = {
-    "CorpusBalancingCallback": ".callback",
-    "CorpusBatchSampler": ".sampler",
-    "CorpusDistribution": ".distribution",
-    "CorpusEvaluation": ".corpus_evaluation",
-    "CorpusScorer": ".scorer",
-    "GradientCosineReward": ".gradient_cosine",
-    "MEASURES": ".measures",
-    "RELEASED_CODE_MEASURES": ".measures",
-    "UATConfig": ".uat_config",
-    "UATTrainer": ".uat_trainer",
-    "UncertaintyReward": ".uncertainty",
-    "attach_balancing": ".balancing",
-    "corpus_dataloader": ".balancing",
-    "temperature_prior": ".priors",
+    "CorpusBalancingCallback": ".training.callback",
+    "CorpusBatchSampler": ".sampling.sampler",
+    "CorpusDistribution": ".sampling.distribution",
+    "CorpusEvaluation": ".evaluation.corpus_evaluation",
+    "CorpusScorer": ".strategies.scorer",
+    "GradientCosineReward": ".strategies.multidds_s.gradient_cosine",
+    "MEASURES": ".strategies.multiuat.measures",
+    "RELEASED_CODE_MEASURES": ".strategies.multiuat.measures",
+    "UATConfig": ".training.uat_config",
+    "UATTrainer": ".training.uat_trainer",
+    "UncertaintyReward": ".strategies.multiuat.uncertainty",
+    "attach_balancing": ".training.balancing",
+    "corpus_dataloader": ".training.balancing",
+    "temperature_prior": ".sampling.priors",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from .balancing import attach_balancing, corpus_dataloader
-    from .callback import CorpusBalancingCallback
-    from .corpus_evaluation import CorpusEvaluation
-    from .distribution import CorpusDistribution
-    from .gradient_cosine import GradientCosineReward
-    from .measures import MEASURES, RELEASED_CODE_MEASURES
-    from .priors import temperature_prior
-    from .sampler import CorpusBatchSampler
-    from .scorer import CorpusScorer
-    from .uat_config import UATConfig
-    from .uat_trainer import UATTrainer
-    from .uncertainty import UncertaintyReward
+    from .evaluation.corpus_evaluation import CorpusEvaluation
+    from .sampling.distribution import CorpusDistribution
+    from .sampling.priors import temperature_prior
+    from .sampling.sampler import CorpusBatchSampler
+    from .strategies.multidds_s.gradient_cosine import GradientCosineReward
+    from .strategies.multiuat.measures import MEASURES, RELEASED_CODE_MEASURES
+    from .strategies.multiuat.uncertainty import UncertaintyReward
+    from .strategies.scorer import CorpusScorer
+    from .training.balancing import attach_balancing, corpus_dataloader
+    from .training.callback import CorpusBalancingCallback
+    from .training.uat_config import UATConfig
+    from .training.uat_trainer import UATTrainer
 
 
 def __getattr__(name: str) -> Any:

@@ -13,8 +13,8 @@ from pathlib import Path
 from run_setup import RecordSteps, first_examples, multidomain_data, seeded_model, short_run_config, write_done
 from teardown import finish
 
-from uat_hf.causal_data import CausalPrompt
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.data.causal_data import CausalPrompt
+from uat_hf.training.uat_trainer import UATTrainer
 
 
 def main(outdir: str) -> None:

@@ -16,7 +16,7 @@ import torch
 from run_setup import multidomain_data, seeded_model, short_run_config
 from teardown import finish
 
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.training.uat_trainer import UATTrainer
 
 
 def main(outdir: str, accumulation: int) -> None:

@@ -17,9 +17,9 @@ from teardown import finish
 from test_language_codes import one_to_many_specs, tiny_model
 from transformers import M2M100Tokenizer
 
-from uat_hf.corpora import load_corpora
-from uat_hf.language_codes import corpus_language_codes, generation_kwargs
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.data.corpora import load_corpora
+from uat_hf.data.language_codes import corpus_language_codes, generation_kwargs
+from uat_hf.training.uat_trainer import UATTrainer
 
 
 def main(outdir: str) -> None:

@@ -21,8 +21,8 @@ from run_setup import (
 )
 from teardown import finish
 
-import uat_hf.dev_loss
-from uat_hf.uat_trainer import UATTrainer
+import uat_hf.strategies.mixing_law.dev_loss
+from uat_hf.training.uat_trainer import UATTrainer
 
 
 def main(outdir: str) -> None:
@@ -36,13 +36,13 @@ def main(outdir: str) -> None:
     )
     trainer = UATTrainer(model, args, train_corpora=data["train"], dev_corpora=dev, processing_class=tokenizer)
     trainer.forwards = 0
-    measure = uat_hf.dev_loss.dev_loss_sums
+    measure = uat_hf.strategies.mixing_law.dev_loss.dev_loss_sums
 
     def counting(model, batch):
         trainer.forwards += 1
         return measure(model, batch)
 
-    uat_hf.dev_loss.dev_loss_sums = counting
+    uat_hf.strategies.mixing_law.dev_loss.dev_loss_sums = counting
     sub_batches = record_sub_batches(trainer)  # per measurement: sub-batches of each dev batch
     sampler = trainer.corpus_sampler
     trainer.add_callback(RecordSteps(out / f"rank{trainer.accelerator.process_index}.jsonl", lambda step: {

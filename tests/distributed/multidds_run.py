@@ -15,8 +15,8 @@ import torch
 from run_setup import RecordSteps, first_examples, multidomain_data, seeded_model, short_run_config
 from teardown import finish
 
-from uat_hf.gradient_cosine import GradientCosineReward
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.strategies.multidds_s.gradient_cosine import GradientCosineReward
+from uat_hf.training.uat_trainer import UATTrainer
 
 UPDATE_EVERY = 2
 MAX_STEPS = 6

@@ -21,7 +21,7 @@ from run_setup import (
 )
 from teardown import finish
 
-from uat_hf.uat_trainer import UATTrainer
+from uat_hf.training.uat_trainer import UATTrainer
 
 
 def main(outdir: str) -> None:

@@ -21,10 +21,10 @@ import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from conftest import multidomain_specs  # noqa: E402
-from uat_hf.corpora import load_corpora, load_corpus_split  # noqa: E402
-from uat_hf.presets import build_model  # noqa: E402
-from uat_hf.tokenization import train_joint_tokenizer  # noqa: E402
-from uat_hf.uat_config import UATConfig  # noqa: E402
+from uat_hf.data.corpora import load_corpora, load_corpus_split  # noqa: E402
+from uat_hf.data.tokenization import train_joint_tokenizer  # noqa: E402
+from uat_hf.models.presets import build_model  # noqa: E402
+from uat_hf.training.uat_config import UATConfig  # noqa: E402
 
 #: The settings of every short CPU run; a script overrides what it tests.
 SHORT_RUN = {"report_to": [], "save_strategy": "no", "use_cpu": True, "seed": 3, "disable_tqdm": True,

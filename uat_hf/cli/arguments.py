@@ -1,4 +1,4 @@
-"""Command-line / recipe arguments for data and model, beside :class:`~uat_hf.uat_config.UATConfig`.
+"""Command-line / recipe arguments for data and model, beside :class:`~uat_hf.training.uat_config.UATConfig`.
 
 ``uat-train`` parses these dataclasses with ``HfArgumentParser`` (see :mod:`uat_hf.cli.parsing`):
 ``UATConfig`` (training + balancing), :class:`DataArguments` (which corpora, how they are cleaned, what is
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..causal_models import CAUSAL_PRESETS
-from ..corpus_specs import DIRECTIONS, SPLITS, resolve_bundled
-from ..hub_errors import is_hub_id
-from ..language_codes import CODE_SCHEMES
-from ..presets import MODEL_PRESETS
+from ..data.corpus_specs import DIRECTIONS, SPLITS, resolve_bundled
+from ..data.language_codes import CODE_SCHEMES
+from ..models.causal_models import CAUSAL_PRESETS
+from ..models.presets import MODEL_PRESETS
+from ..utils.hub_errors import is_hub_id
 from .field_values import as_corpus_specs, as_language_codes, as_mapping, check_positive
 
 __all__ = [
@@ -44,7 +44,7 @@ class DataArguments:
     * ``corpus_dir``: a directory of ``NAME.{train,dev,test}.jsonl.gz`` files (the layout of the bundled
       samples and of ``../shared/corpora``), e.g. ``bundled:multidomain-en-de``, with ``direction``,
       ``source_lang``/``target_lang`` and optionally ``corpora`` (which NAMEs, in order).
-    * ``corpus_specs``: a list of :class:`~uat_hf.corpus_specs.CorpusSpec` mappings (Hub dataset ids with
+    * ``corpus_specs``: a list of :class:`~uat_hf.data.corpus_specs.CorpusSpec` mappings (Hub dataset ids with
       ``path``/``hub_config`` or local files, ``source_field``/``target_field`` for two-column layouts).
     """
 
@@ -146,7 +146,7 @@ class DataArguments:
     prompt_template: str | None = field(
         default=None,
         metadata={"help": "Decoder-only models: the prompt before each translation, with {source}, "
-                  "{source_language} and {target_language}; default: uat_hf.causal_data.DEFAULT_TEMPLATE, "
+                  "{source_language} and {target_language}; default: uat_hf.data.causal_data.DEFAULT_TEMPLATE, "
                   "'Translate {source_language} to {target_language}:' and the source on its own line."},
     )
     chat_template: bool = field(
@@ -323,7 +323,7 @@ class ModelArguments:
     @property
     def is_causal(self) -> bool:
         """A decoder-only model (causal preset, or a checkpoint whose config says so): it reads prompts."""
-        from ..causal_models import is_causal_checkpoint
+        from ..models.causal_models import is_causal_checkpoint
 
         return is_causal_checkpoint(self.model_name_or_path)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..causal_data import CausalPrompt
+from ..data.causal_data import CausalPrompt
 
 __all__ = ["PromptInCheckpoints"]
 

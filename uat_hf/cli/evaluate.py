@@ -30,10 +30,10 @@ from typing import Any
 
 import datasets
 
-from ..causal_data import CausalPrompt
-from ..causal_model import is_causal_lm
-from ..corpora import load_corpora
-from ..evaluation import (
+from ..data.causal_data import CausalPrompt
+from ..data.corpora import load_corpora
+from ..evaluation.metrics import format_table, macro_average
+from ..evaluation.saved_runs import (
     eval_set_specs,
     load_translation_model,
     paired_significance,
@@ -41,9 +41,9 @@ from ..evaluation import (
     source_length_limit,
     write_hypotheses,
 )
-from ..metrics import format_table, macro_average
-from ..uat_config import UATConfig
-from ..uat_trainer import CorpusTranslation, UATTrainer
+from ..models.causal_model import is_causal_lm
+from ..training.uat_config import UATConfig
+from ..training.uat_trainer import CorpusTranslation, UATTrainer
 from .arguments import DataArguments
 from .tool_arguments import EVALUATE_RECIPE_FIELDS, EvaluateArguments, make_evaluate_parser
 from .train_data import check_tokenizer_codes, evaluation_specs, language_codes_for, tags_for

@@ -13,11 +13,11 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from ..corpus_specs import CorpusSpec
-from ..language_codes import CODE_SCHEMES
-from ..names import check_unique_names
+from ..data.corpus_specs import CorpusSpec
+from ..data.language_codes import CODE_SCHEMES
+from ..utils.names import check_unique_names
 
-#: The keys a corpus mapping may have: the fields of :class:`~uat_hf.corpus_specs.CorpusSpec`.
+#: The keys a corpus mapping may have: the fields of :class:`~uat_hf.data.corpus_specs.CorpusSpec`.
 SPEC_FIELDS = {f.name for f in fields(CorpusSpec)}
 
 

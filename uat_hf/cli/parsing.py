@@ -2,13 +2,13 @@
 
 :class:`UATParser` follows TRL's ``TrlParser``: the dataclasses' fields are the options (HfArgumentParser's
 public constructor, one ``--help`` group per dataclass named by its ``_argument_group_name``), ``--config
-RECIPE`` loads a recipe (:class:`~uat_hf.recipe.Recipe`: a YAML file, a directory holding ``recipe.yaml``
+RECIPE`` loads a recipe (:class:`~uat_hf.cli.recipe.Recipe`: a YAML file, a directory holding ``recipe.yaml``
 or a Hub repo id) whose values become the parser's defaults, and the command line wins. Unlike argparse
 with plain defaults, every recipe value goes through its option's type: ``update_every: 2.5`` or
 ``mc_samples: true`` are refused, naming the field and the type, exactly as ``--update_every 2.5`` is.
 
 ``uat-train --help`` must not import torch (``UATConfig`` is a ``Seq2SeqTrainingArguments``): the tools
-pass a light parser for ``--help`` (here, :class:`~uat_hf.balancing_arguments.BalancingArguments` in
+pass a light parser for ``--help`` (here, :class:`~uat_hf.training.balancing_arguments.BalancingArguments` in
 place of ``UATConfig``) and build the full one only for ``--help-all`` and for parsing.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
-from ..presets import MODEL_PRESETS
-from ..recipe import Recipe
+from ..models.presets import MODEL_PRESETS
+from .recipe import Recipe
 
 __all__ = [
     "CONFIG_FLAG",
@@ -149,7 +149,7 @@ class UATParser(HfArgumentParser):
 
 def argument_classes() -> tuple[type, ...]:
     """The dataclasses ``uat-train`` parses, in order: UATConfig, DataArguments, ModelArguments, RunArguments."""
-    from ..uat_config import UATConfig  # imports torch: only when parsing for real
+    from ..training.uat_config import UATConfig  # imports torch: only when parsing for real
     from .arguments import DataArguments, ModelArguments
     from .run_arguments import RunArguments
 
@@ -175,7 +175,7 @@ def make_parser() -> UATParser:
 def make_help_parser() -> UATParser:
     """``uat-train --help``: the balancing, data, model and run fields, without importing torch; one line points
     to ``--help-all`` for the ~150 fields UATConfig inherits from ``Seq2SeqTrainingArguments``."""
-    from ..balancing_arguments import BalancingArguments
+    from ..training.balancing_arguments import BalancingArguments
     from .arguments import DataArguments, ModelArguments
     from .run_arguments import RunArguments
 

@@ -4,7 +4,7 @@
     uat-plot --output_dir runs/demo --plot_dir figures
 
 Useful while a run trains (the history grows at every update) and afterwards; see
-:func:`uat_hf.plotting.plot_run` for which figures are written. The run directory is ``uat-train``'s
+:func:`uat_hf.evaluation.plotting.plot_run` for which figures are written. The run directory is ``uat-train``'s
 ``output_dir`` (first argument or ``--output_dir``). ``--out`` of the argparse version is now ``--plot_dir``
 (a clean break: ``--out`` is an error).
 """
@@ -29,7 +29,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> PlotArguments:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: prints the paths written, one per line. Bad input exits 2 with ``uat-plot: error: ...``."""
-    from ..plotting import plot_run  # matplotlib: not needed for --help
+    from ..evaluation.plotting import plot_run  # matplotlib: not needed for --help
 
     parser = build_parser()
     try:

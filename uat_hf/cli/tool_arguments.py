@@ -101,7 +101,9 @@ class EvaluateArguments:
     alpha: float = field(default=0.05, metadata={"help": "Significance level for the * mark."})
 
     def __post_init__(self) -> None:
-        from ..evaluation import SIGNIFICANCE_TESTS  # not at import time: it imports torch (uat-plot shares this)
+        from ..evaluation.saved_runs import (
+            SIGNIFICANCE_TESTS,  # not at import time: it imports torch (uat-plot shares this)
+        )
 
         for name in ("ood_corpus_dir", "tokenizer_name_or_path"):
             value = getattr(self, name)

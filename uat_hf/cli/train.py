@@ -12,7 +12,7 @@ What a run does, in order (every input is checked before any training step):
    (out-of-domain) corpora.
 3. Tokenizer: a joint subword vocabulary trained on the training corpora with the language tags as special
    tokens (saved to ``output_dir`` at once), or a saved / Hub tokenizer.
-4. Data: cleaning, tagging, tokenization (``uat_hf.corpora.load_corpora``), cached by ``datasets``.
+4. Data: cleaning, tagging, tokenization (``uat_hf.data.corpora.load_corpora``), cached by ``datasets``.
 5. Model: a preset built from scratch or a pretrained checkpoint.
 6. ``UATTrainer.train()``, then per-corpus BLEU/chrF on the eval split: a table with the macro average and
    the sacreBLEU signatures, ``eval_results.json``, and model + tokenizer + the effective ``recipe.yaml``
@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..balancing_arguments import MULTIUAT_PREFIX
-from ..checkpoints import (
+from ..training.balancing_arguments import MULTIUAT_PREFIX
+from ..utils.checkpoints import (
     checkpoint_bytes,
     checkpoint_step,
     free_bytes,
@@ -44,9 +44,9 @@ from ..checkpoints import (
     remove_torn_checkpoint,
     resolve_resume_checkpoint,
 )
-from ..recipe import Recipe
 from .arguments import DataArguments, ModelArguments
 from .parsing import exit_on_help, make_help_parser, make_parser, portable_paths
+from .recipe import Recipe
 from .run_arguments import RunArguments
 from .train_data import (
     InputError,
@@ -103,8 +103,8 @@ def prepare(
     """
     from transformers import set_seed
 
-    from ..presets import build_model
-    from ..uat_trainer import UATTrainer
+    from ..models.presets import build_model
+    from ..training.uat_trainer import UATTrainer
     from .checkpoint_prompt import PromptInCheckpoints
     from .time_budget import TimeBudgetCallback
 
@@ -234,8 +234,8 @@ def _disk_full(trainer, error: BaseException) -> DiskFullError | None:
 def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_corpora, ood, *,
                        start: float | None = None):
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
-    from ..evaluation import write_hypotheses
-    from ..metrics import format_table, macro_average
+    from ..evaluation.metrics import format_table, macro_average
+    from ..evaluation.saved_runs import write_hypotheses
 
     start = time.monotonic() if start is None else start
     training_args = trainer.args

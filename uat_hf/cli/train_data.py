@@ -8,9 +8,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..corpus_specs import CorpusSpec, corpus_specs_from_directory, language_tag, resolve_bundled
-from ..language_codes import CODE_SCHEMES, CorpusLanguageCodes, corpus_language_codes
-from ..preprocessing import PreprocessingConfig, corpus_tags
+from ..data.corpus_specs import CorpusSpec, corpus_specs_from_directory, language_tag, resolve_bundled
+from ..data.language_codes import CODE_SCHEMES, CorpusLanguageCodes, corpus_language_codes
+from ..data.preprocessing import PreprocessingConfig, corpus_tags
 from .arguments import DataArguments, ModelArguments
 
 __all__ = [
@@ -129,7 +129,7 @@ def check_tokenizer_codes(tokenizer, codes: dict[str, CorpusLanguageCodes], data
     it would tokenize every corpus with its default codes (the labels of a German corpus starting with
     ``eng_Latn``) and learn the wrong language silently.
     """
-    from ..language_codes import check_language_codes, generation_kwargs, places_language_codes
+    from ..data.language_codes import check_language_codes, generation_kwargs, places_language_codes
 
     scheme = data_args.language_tags
     if scheme not in CODE_SCHEMES:
@@ -147,8 +147,8 @@ def check_tokenizer_codes(tokenizer, codes: dict[str, CorpusLanguageCodes], data
 
 
 def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: list[str], data_args: DataArguments):
-    from ..corpora import load_corpus_split
-    from ..tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
+    from ..data.corpora import load_corpus_split
+    from ..data.tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
 
     name = model_args.tokenizer_name_or_path or (None if model_args.is_preset else model_args.model_name_or_path)
     if name is not None:
@@ -184,8 +184,8 @@ def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: l
 
 
 def causal_prompt(data_args):
-    """The :class:`~uat_hf.causal_data.CausalPrompt` of ``data_args`` (``prompt_template``, ``chat_template``)."""
-    from ..causal_data import DEFAULT_TEMPLATE, CausalPrompt
+    """The :class:`~uat_hf.data.causal_data.CausalPrompt` of ``data_args`` (``prompt_template``, ``chat_template``)."""
+    from ..data.causal_data import DEFAULT_TEMPLATE, CausalPrompt
 
     if data_args.language_tags not in ("auto", "none"):
         raise InputError(f"language_tags={data_args.language_tags!r} with a decoder-only model: its prompt names the "
@@ -197,9 +197,9 @@ def causal_prompt(data_args):
 
 
 def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, eval_tag_of, prompt=None):
-    """``prompt`` (a :class:`~uat_hf.causal_data.CausalPrompt`): prompt + completion examples for a
+    """``prompt`` (a :class:`~uat_hf.data.causal_data.CausalPrompt`): prompt + completion examples for a
     decoder-only model, which take no tags."""
-    from ..corpora import load_corpora
+    from ..data.corpora import load_corpora
 
     preprocessing = PreprocessingConfig(
         max_length_ratio=data_args.max_length_ratio,
@@ -284,8 +284,8 @@ def position_limit(model_args: ModelArguments) -> int | None:
     config cannot be read yet (``build_model`` then says why)."""
     overrides = model_args.config_overrides()
     if model_args.is_preset:
-        from ..causal_models import CAUSAL_PRESETS
-        from ..presets import MODEL_PRESETS
+        from ..models.causal_models import CAUSAL_PRESETS
+        from ..models.presets import MODEL_PRESETS
 
         preset = {**MODEL_PRESETS, **CAUSAL_PRESETS}[model_args.model_name_or_path]
         return overrides.get("max_position_embeddings", preset["max_position_embeddings"])

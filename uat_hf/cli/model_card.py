@@ -1,0 +1,147 @@
+"""The model card ``uat-train`` writes beside a trained model: a ``huggingface_hub.ModelCard`` from a recipe.
+
+The metadata is the Hub's own (``ModelCardData``): the languages of the corpora, the Hub datasets among
+the corpus specs, BLEU and chrF as metrics, the base model when a pretrained checkpoint was fine-tuned, and
+the per-corpus scores as ``model-index`` evaluation results. The text says what was trained on what, how
+it was balanced, how to reproduce it, and the scores: one row per corpus in name order, the means last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from ..data.corpus_specs import DIRECTIONS
+from ..utils.hub_errors import is_hub_id
+
+__all__ = ["METRICS", "build_model_card"]
+
+#: The scores a run reports per corpus (``eval_<corpus>_<metric>``), in table order.
+METRICS = ("bleu", "chrf")
+#: Averages ``uat-train`` reports beside the corpora (``eval_<name>_bleu``), listed after them in this order.
+_MEANS = {"in_domain_mean": "in-domain mean", "out_of_domain_mean": "out-of-domain mean", "mean": "mean"}
+
+
+def build_model_card(fields: Mapping[str, Any], results: Mapping[str, float] | None = None, *,
+                     recipe_file: str = "recipe.yaml") -> ModelCard:
+    """The card of a run of the recipe ``fields`` with the evaluation ``results`` (``eval_results.json``)."""
+    get = fields.get
+    specs = _mappings(get("corpus_specs"))
+    eval_specs = _mappings(get("eval_corpus_specs"))
+    strategy = get("strategy", "proportional")
+    scores = _scores(results or {})
+    model = str(get("model_name_or_path", "small"))
+    data = ModelCardData(
+        language=_languages(fields, specs + eval_specs) or None,
+        datasets=_hub_datasets(specs + eval_specs) or None,
+        metrics=list(METRICS),
+        base_model=model if is_hub_id(model) else None,
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "uat-hf", str(strategy)],
+        model_name=Path(str(get("output_dir") or "uat-hf-model")).name if scores else None,
+        eval_results=_eval_results(scores, specs + eval_specs, get("eval_split", "test")) or None,
+    )
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{_text(fields, specs, eval_specs, scores, recipe_file)}")
+
+
+def _mappings(value: Any) -> list[dict]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _text(fields: Mapping[str, Any], specs: list[dict], eval_specs: list[dict],
+          scores: dict[str, dict[str, float]], recipe_file: str) -> str:
+    get = fields.get
+    corpora = get("corpora") or [spec.get("name") for spec in specs]
+    ood = [spec.get("name") for spec in eval_specs]
+    strategy = get("strategy", "proportional")
+    if strategy == "multiuat":
+        strategy += f" (measure {get('measure', 'enteos')}, K={get('mc_samples', 30)}, S={get('update_every', 1000)})"
+    data = f"- Training data: `{get('corpus_dir') or 'corpus_specs'}`"
+    lines = [
+        "# Multi-corpus translation model trained with uat-hf",
+        "",
+        f"- Model: `{get('model_name_or_path', 'small')}`",
+        data + (f" — corpora {', '.join(map(str, corpora))}" if corpora else ""),
+        f"- Direction: {get('direction', 'multi-domain')}",
+        f"- Corpus balancing: {strategy}",
+    ]
+    if ood:
+        lines.append(f"- Out-of-domain evaluation: {', '.join(map(str, ood))}")
+    lines += ["", "## Reproduce", "", "```bash", "uat-train --config <this directory or repo id>", "```", "",
+              f"The full configuration is in `{recipe_file}`."]
+    if scores:
+        lines += ["", "## Results", "", "| corpus | BLEU | chrF |", "|---|---|---|"]
+        rows = [(name, name) for name in scores if name not in _MEANS]
+        rows += [(label, key) for key, label in _MEANS.items() if key in scores]
+        lines += [f"| {label} | {_number(scores[key].get('bleu'))} | {_number(scores[key].get('chrf'))} |"
+                  for label, key in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _scores(results: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """``{"eval_bible_bleu": 3.5, ...}`` → ``{"bible": {"bleu": 3.5, ...}}``, corpora in name order."""
+    scores: dict[str, dict[str, float]] = {}
+    for key, value in results.items():
+        for metric in METRICS:
+            if key.startswith("eval_") and key.endswith(f"_{metric}") and isinstance(value, (int, float)):
+                scores.setdefault(key[len("eval_"):-len(metric) - 1], {})[metric] = float(value)
+    return {name: scores[name] for name in sorted(scores) if "bleu" in scores[name]}
+
+
+def _number(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "–"
+
+
+def _languages(fields: Mapping[str, Any], specs: list[dict]) -> list[str]:
+    """Source and target languages of the corpora, as far as the recipe names them (first seen first)."""
+    get = fields.get
+    languages: list[Any] = []
+    if get("corpus_dir"):
+        direction = DIRECTIONS.get(get("direction", "multi-domain"))
+        names = list(get("corpora") or [])
+        if direction == "multi-domain":
+            languages += [get("source_lang"), get("target_lang")]
+        elif direction == "many-to-one":
+            languages += names + [get("target_lang") or "en"]
+        elif direction == "one-to-many":
+            languages += [get("source_lang") or "en"] + names
+    for spec in specs:
+        languages += [spec.get("source_lang"), spec.get("target_lang")]
+    return _unique(str(language) for language in languages if language)
+
+
+def _hub_datasets(specs: list[dict]) -> list[str]:
+    """The Hub dataset ids the corpus specs read (``path``, or a split given as ``org/name``)."""
+    return _unique(value for spec in specs for value in _hub_ids(spec))
+
+
+def _hub_ids(spec: dict) -> list[str]:
+    if spec.get("path") is not None:
+        return [spec["path"]] if is_hub_id(str(spec["path"])) else []
+    return [str(spec[split]) for split in ("train", "dev", "test") if spec.get(split) and is_hub_id(str(spec[split]))]
+
+
+def _eval_results(scores: dict[str, dict[str, float]], specs: list[dict], split: str) -> list[EvalResult]:
+    """``model-index`` entries: one per corpus and metric (the means are no dataset of their own)."""
+    by_name = {spec.get("name"): spec for spec in specs}
+    results = []
+    for name, values in scores.items():
+        if name in _MEANS:
+            continue
+        spec = by_name.get(name, {})
+        hub = _hub_ids(spec)
+        results += [
+            EvalResult(task_type="translation", dataset_type=hub[0] if hub else name, dataset_name=name,
+                       dataset_config=spec.get("hub_config") if hub else None, dataset_split=split,
+                       metric_type=metric, metric_value=round(value, 2))
+            for metric, value in values.items()
+        ]
+    return results
+
+
+def _unique(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))

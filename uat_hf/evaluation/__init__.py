@@ -1,0 +1,1 @@
+"""Scoring per corpus: sacreBLEU metrics, the evaluation a Trainer runs, saved runs, significance, plots."""

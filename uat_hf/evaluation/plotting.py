@@ -1,0 +1,291 @@
+"""Pictures of a balancing run, drawn from the ``balancing_history.jsonl`` a run leaves in its output dir.
+
+The point of MultiUAT is *how* the corpus distribution moves during training, so the paper shows it as
+curves of each corpus's sampling probability over training steps (its Figures 1–3); for MultiDDS-S the
+gradient-cosine matrix between training and dev corpora explains why a corpus gains or loses share, and for
+mixing-law the fitted law A (how training on one corpus lowers the dev loss of each). All
+are read back from the history file the :class:`~uat_hf.training.callback.CorpusBalancingCallback` writes at each
+update, so a run can be plotted while it trains, after it finished, or on another machine.
+
+Figures are drawn on the Agg canvas of a standalone ``matplotlib.figure.Figure``: nothing here touches
+pyplot's global state or backend, so importing this module inside a notebook or a GUI session changes
+nothing there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from ..utils.checkpoints import HISTORY_FILE
+
+__all__ = [
+    "COSINE_PNG",
+    "LAW_PNG",
+    "PROBABILITIES_PNG",
+    "REWARDS_PNG",
+    "average_cosine",
+    "average_law",
+    "corpus_curves",
+    "load_history",
+    "plot_cosine_heatmap",
+    "plot_law_heatmap",
+    "plot_probabilities",
+    "plot_rewards",
+    "plot_run",
+]
+
+logger = logging.getLogger(__name__)
+
+PROBABILITIES_PNG = "balancing_probabilities.png"
+REWARDS_PNG = "balancing_rewards.png"
+COSINE_PNG = "gradient_cosine.png"
+LAW_PNG = "mixing_law.png"
+
+_LINESTYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+History = Sequence[Mapping[str, Any]]
+HistorySource = str | Path | Iterable[Mapping[str, Any]]
+
+
+def load_history(history_or_output_dir: HistorySource) -> list[dict[str, Any]]:
+    """The update records of a run, in file order.
+
+    Accepts a run's output dir (holding ``balancing_history.jsonl``), the path of a history file, or the
+    records themselves (a list of dicts, returned as a list). Raises ``FileNotFoundError`` when there is
+    no history and ``ValueError`` when it holds no record or a malformed line.
+    """
+    if not isinstance(history_or_output_dir, (str, Path)):
+        records = [dict(record) for record in history_or_output_dir]
+        if not records:
+            raise ValueError("The balancing history is empty: there is nothing to plot.")
+        return records
+    path = Path(history_or_output_dir)
+    if path.is_dir():
+        path = path / HISTORY_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No balancing history at {str(path)!r}. {HISTORY_FILE} is written into the training output_dir at "
+            "each balancing update of a dynamic strategy (multiuat or multidds-s) and of mixing-law; static "
+            "strategies (proportional, temperature, uniform) keep p fixed and record none. Point at the output_dir "
+            "of a dynamic run whose training reached at least one update (update_every steps)."
+        )
+    records = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number} is not a JSON record ({error}); is this a balancing "
+                                 "history?") from error
+    if not records:
+        raise ValueError(
+            f"{str(path)!r} holds no update record yet: the run has not reached its first balancing update."
+        )
+    for number, record in enumerate(records, start=1):
+        if "step" not in record or "probabilities" not in record:
+            raise ValueError(f"Record {number} of {str(path)!r} lacks 'step' or 'probabilities'; is this a balancing "
+                             "history?")
+    return records
+
+
+def average_cosine(history_or_output_dir: HistorySource) -> tuple[list[str], np.ndarray, int]:
+    """The element-wise mean of the MultiDDS-S gradient-cosine matrices over all updates that recorded one.
+
+    Row ``j`` is training corpus ``j``, column ``i`` dev corpus ``i`` (so a row's mean is the reward
+    R(j) of that update), both in the order of the records' ``probabilities``. A matrix with a non-finite
+    entry (an update the scorer skipped) is left out of the mean and logged.
+
+    Returns ``(corpus_names, mean_matrix, number_of_matrices_averaged)``. Raises ``ValueError`` when no
+    record has a finite ``cosine`` matrix or the corpora differ between records.
+    """
+    return _average_matrix(load_history(history_or_output_dir), "cosine", "multidds-s runs record gradient cosines")
+
+
+def average_law(history_or_output_dir: HistorySource) -> tuple[list[str], np.ndarray, int]:
+    """The element-wise mean of the mixing-law matrices A over all updates that fitted one, transposed to the
+    layout of :func:`average_cosine`: row ``j`` is training corpus ``j``, column ``i`` dev corpus ``i``, the cell
+    the fall of dev loss i per step of training on j (a row's sum is what corpus j gains the average dev loss)."""
+    names, matrix, count = _average_matrix(load_history(history_or_output_dir), "law",
+                                           "mixing-law runs record a fitted law")
+    return names, matrix.T, count
+
+
+def _average_matrix(history: History, key: str, who: str) -> tuple[list[str], np.ndarray, int]:
+    records = [r for r in history if r.get(key) is not None]
+    if not records:
+        raise ValueError(f"No record of this history has a {key!r} matrix: only {who}.")
+    names = list(records[0]["probabilities"])
+    total = np.zeros((len(names), len(names)), dtype=np.float64)
+    count = 0
+    for record in records:
+        if list(record["probabilities"]) != names:
+            raise ValueError(
+                f"The update at step {record['step']} lists corpora {list(record['probabilities'])}, the first one "
+                f"{names}; one history must come from one run."
+            )
+        matrix = np.asarray(record[key], dtype=np.float64)
+        if matrix.shape != total.shape:
+            raise ValueError(
+                f"The {key} matrix at step {record['step']} has shape {matrix.shape}; expected {total.shape} "
+                f"(corpora {names})."
+            )
+        if not np.isfinite(matrix).all():
+            logger.warning("Leaving the non-finite %s matrix of step %s out of the average.", key, record["step"])
+            continue
+        total += matrix
+        count += 1
+    if count == 0:
+        raise ValueError(f"Every recorded {key} matrix has non-finite entries; there is nothing to average.")
+    return names, total / count, count
+
+
+def corpus_curves(history_or_output_dir: HistorySource, key: str = "probabilities"
+                  ) -> dict[str, tuple[list[int], list[float]]]:
+    """Each corpus's ``(steps, values)`` of ``key`` (``probabilities`` or ``rewards``) over the updates.
+
+    The probabilities start at step 0 at the prior, which every update record carries (``prior``): without
+    that point the first value drawn is p after the first update, and the move away from the prior, the very
+    thing MultiUAT does, is not on the plot. A history written before records carried the prior starts at its
+    first update. Rewards have no step-0 value.
+    """
+    history = load_history(history_or_output_dir)
+    prior = history[0].get("prior") if key == "probabilities" else None
+    steps = [int(record["step"]) for record in history]
+    curves = {}
+    for name in history[0][key]:
+        values = [float(record[key].get(name, math.nan)) for record in history]
+        if prior is None:
+            curves[name] = (steps, values)
+        else:
+            curves[name] = ([0, *steps], [float(prior.get(name, math.nan)), *values])
+    return curves
+
+
+def plot_probabilities(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
+    """One line per corpus: its sampling probability from the prior at step 0 (when the history records it,
+    see :func:`corpus_curves`) through each balancing update. Returns ``path``."""
+    history = load_history(history_or_output_dir)
+    return _plot_per_corpus(history, "probabilities", "sampling probability p", Path(path),
+                            title or _title("Corpus sampling probabilities", history))
+
+
+def plot_rewards(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
+    """One line per corpus: the reward R(n) measured at each update (uncertainty or gradient cosine)."""
+    history = load_history(history_or_output_dir)
+    return _plot_per_corpus(history, "rewards", "reward R(n)", Path(path), title or _title("Corpus rewards", history))
+
+
+def plot_cosine_heatmap(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
+    """Heatmap of :func:`average_cosine`: training corpora as rows, dev corpora as columns, cells annotated."""
+    history = load_history(history_or_output_dir)
+    names, matrix, count = average_cosine(history)
+    return _heatmap(names, matrix, Path(path), "cos(∇ dev loss, ∇ train loss)",
+                    "train corpus j  (row mean = reward R(j))",
+                    title or f"{_title('Gradient cosine', history)}\nmean over {_updates(count)}", digits=3)
+
+
+def plot_law_heatmap(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
+    """Heatmap of :func:`average_law`: training corpora as rows, dev corpora as columns, cells annotated."""
+    history = load_history(history_or_output_dir)
+    names, matrix, count = average_law(history)
+    return _heatmap(names, matrix, Path(path), "fall of dev loss per step", "train corpus j  (row sum = gain of j)",
+                    title or f"{_title('Mixing law A', history)}\nmean over {_updates(count)}", digits=4)
+
+
+def _updates(count: int) -> str:
+    return f"{count} update" + ("s" if count != 1 else "")
+
+
+def _heatmap(names: list[str], matrix: np.ndarray, path: Path, label: str, ylabel: str, title: str,
+             digits: int) -> Path:
+    limit = float(np.abs(matrix).max()) or 1.0
+    size = max(4.0, 1.1 * len(names) + 2.5)
+    figure = Figure(figsize=(size + 1.2, size), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    image = axes.imshow(matrix, cmap="RdBu_r", vmin=-limit, vmax=limit)
+    colorbar = figure.colorbar(image, ax=axes, shrink=0.8)
+    colorbar.set_label(label)
+    for row in range(len(names)):
+        for column in range(len(names)):
+            value = matrix[row, column]
+            axes.text(column, row, f"{value:.{digits}f}", ha="center", va="center",
+                      color="white" if abs(value) > 0.6 * limit else "black", fontsize=9)
+    axes.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    axes.set_yticks(range(len(names)), names)
+    axes.set_xlabel("dev corpus i")
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=11)
+    return _save(figure, path)
+
+
+def plot_run(output_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Write every plot a run's history supports; returns the paths written.
+
+    Always :data:`PROBABILITIES_PNG` and :data:`REWARDS_PNG`; :data:`COSINE_PNG` as well when the run
+    recorded gradient cosines (MultiDDS-S), :data:`LAW_PNG` when it fitted a mixing law. Files go to
+    ``out_dir`` (default: ``output_dir`` itself).
+    """
+    history = load_history(output_dir)
+    target = Path(out_dir) if out_dir is not None else Path(output_dir)
+    if target.suffix == ".jsonl":
+        target = target.parent
+    written = [plot_probabilities(history, target / PROBABILITIES_PNG), plot_rewards(history, target / REWARDS_PNG)]
+    if any(record.get("cosine") is not None for record in history):
+        written.append(plot_cosine_heatmap(history, target / COSINE_PNG))
+    if any(record.get("law") is not None for record in history):
+        written.append(plot_law_heatmap(history, target / LAW_PNG))
+    return written
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def _plot_per_corpus(history: History, key: str, ylabel: str, path: Path, title: str) -> Path:
+    curves = corpus_curves(history, key)
+    figure = Figure(figsize=(7.5, 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    show_markers = len(history) <= 40
+    for index, (name, (steps, values)) in enumerate(curves.items()):
+        # Line styles and markers vary too, so corpora with equal values stay visible on top of each other.
+        axes.plot(steps, values, linestyle=_LINESTYLES[index % len(_LINESTYLES)], linewidth=1.8, label=name,
+                  marker=_MARKERS[index % len(_MARKERS)] if show_markers else None, markersize=4)
+    skipped = [int(record["step"]) for record in history if record.get("skipped")]
+    for index, step in enumerate(skipped):
+        axes.axvline(step, color="grey", linestyle=":", linewidth=1, label="skipped update" if index == 0 else None)
+    if key == "probabilities":
+        axes.set_ylim(0.0, min(1.0, 1.1 * max(max(values) for _, values in curves.values())) or 1.0)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("training step")
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=11)
+    axes.grid(alpha=0.3)
+    axes.legend(title="corpus", fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return _save(figure, path)
+
+
+def _title(what: str, history: History) -> str:
+    first = history[0]
+    strategy = first.get("strategy") or "?"
+    measure = first.get("measure")
+    return f"{what} — {strategy}" + (f" ({measure})" if measure else "")
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    return path

@@ -1,0 +1,224 @@
+"""Corpus balancing wired into a Trainer: one function, for ``UATTrainer`` and for a stock ``Seq2SeqTrainer``.
+
+:func:`attach_balancing` is the only place where the pieces meet: the corpus distribution (from the
+:class:`~uat_hf.training.uat_config.UATConfig`), the sampler that reads it, the training DataLoader driven by that
+sampler, the reward a dynamic strategy measures, and the callback that updates the distribution. With a
+stock trainer it takes three lines::
+
+    args = UATConfig(output_dir="out", strategy="multiuat", measure="entsent", max_tokens=4096, ...)
+    trainer = Seq2SeqTrainer(model, args, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+                             processing_class=tokenizer)
+    attach_balancing(trainer, train_corpora={"news": news, "law": law}, dev_corpora={"news": ..., "law": ...})
+    trainer.train()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from datasets import Dataset, concatenate_datasets
+from torch.utils.data import DataLoader
+from transformers import DataCollatorForSeq2Seq, DefaultFlowCallback
+from transformers.trainer_utils import seed_worker
+
+from ..data.language_codes import language_code_ids
+from ..sampling.sampler import CorpusBatchSampler
+from ..strategies.mixing_law.dev_loss import DevLoss
+from ..strategies.multiuat.uncertainty import UncertaintyReward
+from ..strategies.rewards import BalancingReward, require_supported_model
+from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
+from .callback import CorpusBalancingCallback
+from .uat_config import UATConfig
+
+__all__ = ["attach_balancing", "check_corpora", "concatenate_corpora", "corpus_dataloader", "measuring_collator"]
+
+
+def attach_balancing(
+    trainer: Any,
+    train_corpora: Mapping[str, Dataset],
+    dev_corpora: Mapping[str, Dataset] | None = None,
+    config: UATConfig | None = None,
+) -> CorpusBalancingCallback:
+    """Make ``trainer`` train on named corpora mixed by the strategy of ``config`` (default: ``trainer.args``,
+    which must then be a :class:`~uat_hf.training.uat_config.UATConfig`); returns the balancing callback.
+
+    The trainer's training data becomes the corpora's concatenation, read through a
+    :class:`~uat_hf.sampling.sampler.CorpusBatchSampler` (its ``get_train_dataloader`` is replaced on this instance
+    unless it is a ``UATTrainer``, which does so itself). ``dev_corpora`` are the trusted dev sets a
+    dynamic strategy measures, one per training corpus. The callback goes right after the Trainer's flow
+    callback, so the balancing numbers it adds to a log entry reach every logger.
+
+    The callback saves its state in ``on_save``, after the Trainer's own files, and reads it back from
+    ``output_dir/checkpoint-<step>``. To resume from a checkpoint elsewhere, set ``callback.resume_from`` to
+    its folder first; to skip folders a killed save left incomplete, resume from
+    ``resolve_resume_checkpoint(output_dir, True)`` (:mod:`uat_hf.utils.checkpoints`) rather than ``True``.
+    ``UATTrainer``
+    does both itself. For per-corpus BLEU and ``eval_mean_bleu`` (``metric_for_best_model="mean_bleu"``) on a
+    stock trainer, evaluate with :class:`~uat_hf.evaluation.corpus_evaluation.CorpusEvaluation` (docs/usage.md).
+    """
+    config = trainer.args if config is None else config
+    if not isinstance(config, UATConfig):
+        raise TypeError(
+            f"attach_balancing needs the balancing settings as a UATConfig (got {type(config).__name__}); build the "
+            "trainer's args as UATConfig(...) (it is a Seq2SeqTrainingArguments) or pass config=UATConfig(...)."
+        )
+    require_supported_model(trainer.model)
+    check_corpora(train_corpora, dev_corpora, config)
+    reward = balancing_reward(config, trainer.model, trainer.processing_class, trainer.accelerator)
+    seed = config.data_seed if config.data_seed is not None else config.seed
+    sampler = CorpusBatchSampler.from_datasets(
+        train_corpora,
+        config.corpus_distribution({name: len(dataset) for name, dataset in train_corpora.items()}),
+        max_tokens=config.max_tokens,
+        batch_size=None if config.max_tokens else config.per_device_train_batch_size,
+        mix_corpora=config.mix_corpora,
+        mix_pool_batches=config.mix_pool_batches,
+        seed=seed,
+    )
+    callback = CorpusBalancingCallback(
+        sampler,
+        reward=reward,
+        dev_corpora=dev_corpora,
+        train_corpora=train_corpora,
+        collate_fn=measuring_collator(trainer) if reward is not None else None,
+        update_every=config.update_every,
+        dev_batch_tokens=config.dev_batch_tokens,
+        train_batch_tokens=config.dds_train_batch_tokens,
+        seed=seed,
+        accelerator=trainer.accelerator,
+        allow_inexact_resume=config.allow_inexact_resume,
+    )
+    trainer.train_dataset = concatenate_corpora(train_corpora)
+    _average_loss_per_batch(trainer)
+    if not getattr(trainer, "owns_corpus_sampler", False):
+        trainer.get_train_dataloader = functools.partial(corpus_dataloader, trainer, sampler, trainer.train_dataset)
+    callbacks = trainer.callback_handler.callbacks
+    flow = next((i for i, c in enumerate(callbacks) if isinstance(c, DefaultFlowCallback)), -1)
+    callbacks.insert(flow + 1, callback)
+    return callback
+
+
+def check_corpora(train_corpora: Mapping[str, Dataset], dev_corpora: Mapping[str, Dataset] | None,
+                  config: UATConfig) -> None:
+    """Refuse corpora the balancing cannot use, naming the corpus: none at all, or not tokenized."""
+    if not train_corpora:
+        raise ValueError("train_corpora is empty; give at least one named training corpus.")
+    _check_model_columns(train_corpora, "Training")
+    if config.is_dynamic:
+        _check_model_columns(dev_corpora or {}, "Dev")
+
+
+def balancing_reward(config: UATConfig, model: Any, tokenizer: Any, accelerator: Any = None) -> BalancingReward | None:
+    """What the strategy of ``config`` measures on ``model``: ``None`` for static strategies. A model the reward
+    cannot measure (neither seq2seq nor causal LM, no dropout for MultiUAT, sharded by ``accelerator`` for
+    MultiDDS-S) is refused here. The language codes of ``tokenizer`` (NLLB, M2M100, mBART-50) that open the
+    labels go unscored."""
+    codes = language_code_ids(tokenizer)
+    if config.strategy == "multiuat":
+        reward = UncertaintyReward(config.measure, config.mc_samples, eos_token_id=_eos_token_id(model, tokenizer),
+                                   mode=config.mc_batch_mode, language_code_ids=codes,
+                                   tolerance=config.mc_tolerance, min_samples=config.mc_min_samples)
+    elif config.strategy == "multidds-s":
+        from ..strategies.multidds_s.gradient_cosine import GradientCosineReward
+
+        reward = GradientCosineReward(dropout=config.dds_dropout, label_smoothing=config.label_smoothing_factor,
+                                      per_pair_train_batches=config.dds_per_pair_train_batches,
+                                      language_code_ids=codes)
+    elif config.strategy == "mixing-law":
+        reward = DevLoss()
+    else:
+        return None
+    reward.check_model(model, accelerator)
+    return reward
+
+
+def measuring_collator(trainer: Any) -> Callable[[list[dict]], dict[str, torch.Tensor]]:
+    """The collator the rewards' dev (and MultiDDS-S train) batches are built with: labels padded with -100.
+
+    Why: the rewards score every label that is not -100, so a collator padding labels with the pad id would
+    make pads count as target tokens. The trainer's ``DataCollatorForSeq2Seq`` is kept with
+    ``label_pad_token_id=-100`` (its padding settings unchanged); another collator is replaced, for measuring
+    only, by a ``DataCollatorForSeq2Seq`` over the trainer's tokenizer. Training batches keep the trainer's.
+    """
+    collator = trainer.data_collator
+    if isinstance(collator, DataCollatorForSeq2Seq):
+        if collator.label_pad_token_id == IGNORE_INDEX:
+            return collator
+        return dataclasses.replace(collator, label_pad_token_id=IGNORE_INDEX)
+    if trainer.processing_class is None:
+        name = getattr(collator, "__name__", type(collator).__name__)
+        raise ValueError(
+            f"The trainer's data collator ({name}) is not a DataCollatorForSeq2Seq and the trainer "
+            "has no processing_class, so the dev batches the balancing measures could not be padded with labels "
+            "-100 (padded labels would count as target tokens). Pass processing_class=<tokenizer> to the trainer, "
+            "or data_collator=DataCollatorForSeq2Seq(tokenizer, model=model)."
+        )
+    return DataCollatorForSeq2Seq(trainer.processing_class, model=trainer.model, label_pad_token_id=IGNORE_INDEX)
+
+
+def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Dataset) -> DataLoader:
+    """The training DataLoader of ``trainer`` driven by ``sampler``, prepared by its accelerator."""
+    args = trainer.args
+    dataloader = DataLoader(
+        dataset.select_columns([c for c in dataset.column_names if c in MODEL_COLUMNS]),
+        batch_sampler=sampler,
+        collate_fn=trainer.data_collator,
+        num_workers=args.dataloader_num_workers,
+        pin_memory=args.dataloader_pin_memory and torch.cuda.is_available(),
+        persistent_workers=args.dataloader_persistent_workers and args.dataloader_num_workers > 0,
+        prefetch_factor=args.dataloader_prefetch_factor if args.dataloader_num_workers > 0 else None,
+        # A partial of a module-level function, not a lambda: worker processes started with ``spawn`` (macOS,
+        # Windows) receive it pickled.
+        worker_init_fn=functools.partial(
+            seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index
+        ),
+    )
+    return trainer.accelerator.prepare(dataloader)
+
+
+def concatenate_corpora(corpora: Mapping[str, Dataset]) -> Dataset:
+    """The corpora's model columns concatenated in the dict's order (the sampler's global index space)."""
+    _check_model_columns(corpora, "Training")
+    parts = [
+        dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]) for dataset in corpora.values()
+    ]
+    return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+
+
+def _average_loss_per_batch(trainer: Any) -> None:
+    """Make the Trainer treat the model's loss as what it is, a mean over one batch's target tokens.
+
+    A model whose ``forward`` takes ``**kwargs`` is taken by the Trainer to normalise its loss by
+    ``num_items_in_batch`` (the target tokens of all accumulated batches on all processes), so the Trainer then
+    neither divides the loss by the accumulation steps nor undoes DDP's averaging over processes (it multiplies
+    by their number). The encoder-decoder models of Transformers (Marian, BART, T5, M2M100, NLLB, ...) take
+    ``**kwargs`` but compute a plain per-batch mean: the logged loss and the gradient then come out multiplied
+    by the number of processes and by the accumulation steps (16.1 instead of 8.05 at step 1 with 2
+    processes). When the loss is the model's own (no label smoother, no ``compute_loss_func``), the Trainer is
+    told the model takes no loss kwargs: each micro-batch's mean is divided by the accumulation steps and DDP
+    averages over processes, so the logged loss is the mean loss however many processes and steps there are.
+    Label smoothing goes through the Trainer's own smoother, which does normalise by ``num_items_in_batch``.
+    """
+    if getattr(trainer, "label_smoother", None) is None and getattr(trainer, "compute_loss_func", None) is None:
+        trainer.model_accepts_loss_kwargs = False
+
+
+def _check_model_columns(corpora: Mapping[str, Dataset], kind: str) -> None:
+    for name, dataset in corpora.items():
+        missing = [c for c in TOKEN_COLUMNS if c not in dataset.column_names]
+        if missing:
+            raise ValueError(
+                f"{kind} corpus {name!r} lacks the column(s) {missing} (has {dataset.column_names}); "
+                "tokenize it first (uat_hf.data.corpora.tokenize_corpus)."
+            )
+
+
+def _eos_token_id(model: Any, tokenizer: Any) -> int | None:
+    eos = getattr(getattr(model, "config", None), "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return eos if eos is not None else getattr(tokenizer, "eos_token_id", None)

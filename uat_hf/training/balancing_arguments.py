@@ -1,0 +1,184 @@
+"""The balancing fields of :class:`~uat_hf.training.uat_config.UATConfig`, declared without torch.
+
+``UATConfig`` is a ``Seq2SeqTrainingArguments``, whose module imports torch (seconds, ~15 s on a busy
+machine). Its own fields live here, in a pure-Python dataclass that ``UATConfig`` inherits, so that
+``uat-train --help`` can list them (and a recipe be checked against their types) without importing torch.
+The checks stay in ``UATConfig.__post_init__``, where the Trainer's fields are known too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..sampling.distribution import STRATEGIES
+from ..strategies.mixing_law.law import MixingLawSettings
+from ..strategies.multiuat.measure_names import MEASURES, RELEASED_CODE_MEASURES
+
+__all__ = [
+    "DEFAULT_MEASURE",
+    "MC_BATCH_MODES",
+    "MEASURES",
+    "MULTIUAT_PREFIX",
+    "RELEASED_CODE_MEASURES",
+    "BalancingArguments",
+]
+
+MC_BATCH_MODES = ("auto", "loop", "replicate")
+#: ``strategy: multiuat-<measure>`` is the one-word spelling of ``strategy: multiuat, measure: <measure>``.
+MULTIUAT_PREFIX = "multiuat-"
+DEFAULT_MEASURE = "enteos"
+
+
+@dataclass
+class BalancingArguments:
+    """The corpus-balancing knobs of MultiUAT and its baselines (``UATConfig``'s own fields)."""
+
+    _argument_group_name = "balancing (uat_hf.UATConfig)"
+
+    strategy: str = field(
+        default="proportional",
+        metadata={
+            "help": f"How corpora are mixed: one of {', '.join(STRATEGIES)}. 'multiuat-<measure>' (e.g. "
+            "multiuat-entsent) is short for strategy multiuat with that measure."
+        },
+    )
+    sampling_temperature: float | None = field(
+        default=None,
+        metadata={
+            "help": "τ of strategy 'temperature' (q_τ ∝ size^(1/τ); default 5, as in the paper). Only that strategy "
+            "reads it: 'proportional' is τ = 1 and 'uniform' τ = ∞ by definition."
+        },
+    )
+    scorer_prior_temperature: float | None = field(
+        default=None,
+        metadata={
+            "help": "multiuat / multidds-s / mixing-law: τ of the prior p starts from (default 1: proportional, as "
+            "in the paper). Static strategies refuse it."
+        },
+    )
+    corpus_probabilities: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Hand-given probabilities, one per training corpus, as a mapping or a JSON object string "
+            "(e.g. '{\"wmt\": 0.7, \"emea\": 0.3}'); they must sum to 1. Strategy 'fixed' samples with them "
+            "throughout; multiuat / multidds-s start their scorer from them (every value must then be > 0)."
+        },
+    )
+    max_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token budget per batch (padding counted, max of source and target length), fairseq style. "
+            "When unset, batches hold per_device_train_batch_size examples."
+        },
+    )
+    mix_corpora: bool = field(
+        default=False,
+        metadata={"help": "Instance-level mixing: draw the corpus per example instead of per batch."},
+    )
+    mix_pool_batches: int = field(
+        default=1,
+        metadata={
+            "help": "With mix_corpora: draw this many batches at a time and re-batch their examples sorted by length "
+            "(HF group_by_length style). Less padding, but each batch's lengths, and so its corpora, are more "
+            "alike. 1: no grouping. New probabilities take effect from the next pool."
+        },
+    )
+    measure: str | None = field(
+        default=None,
+        metadata={
+            "help": f"MultiUAT uncertainty measure: one of {', '.join(MEASURES + RELEASED_CODE_MEASURES)} (default "
+            f"{DEFAULT_MEASURE}, or the one a 'multiuat-<measure>' strategy names)."
+        },
+    )
+    mc_samples: int = field(default=30, metadata={"help": "K, Monte Carlo dropout passes per dev batch."})
+    mc_tolerance: float | None = field(
+        default=None,
+        metadata={
+            "help": "multiuat: adaptive K. The MC passes run in blocks of mc_min_samples, each block only for the "
+            "corpora whose reward is not yet known to this fraction of the rewards' spread (SE_n <= mc_tolerance * "
+            "(max_m R_m - min_m R_m), SE_n the standard error of corpus n's mean over its passes), until all are; "
+            "never more than mc_samples. Unset (default): always mc_samples passes, as in the paper."
+        },
+    )
+    mc_min_samples: int = field(
+        default=5, metadata={"help": "multiuat with mc_tolerance: the fewest MC passes, and the block size (>= 2)."}
+    )
+    update_every: int = field(default=1000, metadata={"help": "S, optimizer steps between two balancing updates."})
+    scorer_lr: float = field(default=1e-4, metadata={"help": "Adam learning rate of the corpus scorer ψ."})
+    scorer_steps: int = field(default=200, metadata={"help": "Adam steps on the scorer per balancing update."})
+    scorer_prior_fit: str = field(
+        default="released",
+        metadata={
+            "help": "How ψ starts: 'released' fits it to the prior from uniform with the scorer's own Adam, which "
+            "then serves every update (the authors' code: its early updates move p several times farther); 'exact' "
+            "starts at ψ = log q with a fresh Adam."
+        },
+    )
+    dev_batch_tokens: int = field(
+        default=1024,
+        metadata={"help": "Tokens of the dev batch drawn per corpus at each update (an example counts max(source, "
+                  "target) tokens, as in the authors' code)."},
+    )
+    mc_batch_mode: str = field(
+        default="auto",
+        metadata={
+            "help": "How the K MC-dropout passes run: 'loop' (K forward passes), 'replicate' (the batch repeated "
+            "K times along the batch axis, in memory-bounded chunks) or 'auto' (replicate on GPU, loop on CPU)."
+        },
+    )
+    dds_train_batch_tokens: int = field(
+        default=1024, metadata={"help": "MultiDDS-S: target tokens of the fresh train batch per corpus."}
+    )
+    dds_dropout: bool = field(
+        default=False,
+        metadata={"help": "MultiDDS-S: take the gradients with dropout on, as multiDDS does (default: eval mode, as "
+                  "MultiUAT's baseline)."},
+    )
+    dds_per_pair_train_batches: bool = field(
+        default=False,
+        metadata={"help": "MultiDDS-S: a fresh train batch for every (dev, train) corpus pair, as both reference "
+                  "codes (N + N² gradient passes per update instead of 2N; see docs/multidds.md)."},
+    )
+    mixing_law_window_steps: int | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: training steps per probe window (default "
+                  f"{MixingLawSettings.window_steps}; Aioli: 6)."},
+    )
+    mixing_law_sweeps: int | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: probe sweeps over the corpora per update, alternately in a seeded random "
+                  f"order and its reverse (default {MixingLawSettings.sweeps}; Aioli: 4). Dev-loss forwards per "
+                  "update: (sweeps × N + 1) × N dev batches."},
+    )
+    mixing_law_factor: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: share of the batch a probe window moves to its corpus (default "
+                  f"{MixingLawSettings.factor}, Aioli's one-hot factor)."},
+    )
+    mixing_law_eta: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: η of the update p ∝ p·exp(η Σ_i A_ij) (default {MixingLawSettings.eta})."},
+    )
+    mixing_law_ema: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: weight of the previous smoothed law A in its EMA (default "
+                  f"{MixingLawSettings.ema}; 0: the newest law only)."},
+    )
+    mixing_law_anchor: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: pull of log p back toward the log prior at each update (default "
+                  f"{MixingLawSettings.anchor}; 0: none, as Aioli)."},
+    )
+    allow_inexact_resume: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume from a checkpoint without uat_balancing_state.json (the sampler restarts its epoch and "
+            "the scorer its prior, so the run does not continue the same sequence). Refused by default."
+        },
+    )
+    bleu_tokenize: str = field(
+        default="13a", metadata={"help": "sacreBLEU tokenizer (13a; 'zh', 'ja-mecab', 'char', ... for CJK targets)."}
+    )
+    predict_with_generate: bool = field(
+        default=True, metadata={"help": "Evaluate by generation (needed for BLEU/chrF)."}
+    )

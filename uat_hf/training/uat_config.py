@@ -1,0 +1,305 @@
+"""Training arguments for multi-corpus balancing.
+
+One dataclass, a subclass of :class:`~transformers.Seq2SeqTrainingArguments`, so that every field is
+settable from Python, from YAML and from the command line through ``HfArgumentParser`` exactly like the
+Trainer's own arguments (the TRL convention: ``<method>_config.py`` beside ``<method>_trainer.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from transformers import Seq2SeqTrainingArguments
+
+from ..sampling.distribution import DYNAMIC_STRATEGIES, SCORER_STRATEGIES, STRATEGIES, CorpusDistribution
+from ..sampling.priors import STATIC_TEMPERATURES, check_corpus_probabilities, corpus_probabilities_for
+from ..strategies.mixing_law.law import MixingLawSettings
+from ..strategies.scorer import PRIOR_FITS
+from .balancing_arguments import (
+    DEFAULT_MEASURE,
+    MC_BATCH_MODES,
+    MEASURES,
+    MULTIUAT_PREFIX,
+    RELEASED_CODE_MEASURES,
+    BalancingArguments,
+)
+
+MIXING_LAW_PREFIX = "mixing_law_"
+
+
+@dataclass(frozen=True)
+class NumberRule:
+    """The values a numeric field can take: ``low`` (``> low`` when ``strict``) up to ``high`` (exclusive),
+    finite, and ``None`` only when ``optional``. Checked once, when the config is built, so that an impossible
+    number (``learning_rate: -1``, ``adam_beta2: 1``) is refused by name before any data is read, not met
+    later as a bare error of the optimizer or the scheduler, or not at all."""
+
+    name: str
+    low: float
+    strict: bool = False
+    high: float | None = None
+    optional: bool = False
+
+    def check(self, value: float | None) -> None:
+        if value is None and self.optional:
+            return
+        above = value is not None and (value > self.low if self.strict else value >= self.low)  # NaN fails
+        if above and (self.high is None or value < self.high) and math.isfinite(value):
+            return
+        bounds = f"{'>' if self.strict else '>='} {self.low}" + ("" if self.high is None else f" and < {self.high}")
+        finite = "a finite number " if value is not None and math.isinf(value) else ""
+        raise ValueError(f"{self.name} must be {finite}{bounds}{' or unset' if self.optional else ''}, got {value}.")
+
+
+#: Every numeric training and balancing field with a range (the temperatures, where inf means uniform, are
+#: checked with the prior settings).
+NUMBER_RULES = (
+    NumberRule("learning_rate", 0, strict=True),
+    NumberRule("weight_decay", 0),
+    NumberRule("adam_beta1", 0, high=1),
+    NumberRule("adam_beta2", 0, high=1),
+    NumberRule("adam_epsilon", 0),
+    NumberRule("max_grad_norm", 0, optional=True),
+    NumberRule("label_smoothing_factor", 0, high=1),
+    NumberRule("warmup_steps", 0),
+    NumberRule("num_train_epochs", 0, strict=True),
+    NumberRule("max_steps", -1),
+    NumberRule("per_device_train_batch_size", 1),
+    NumberRule("per_device_eval_batch_size", 1),
+    NumberRule("gradient_accumulation_steps", 1),
+    NumberRule("eval_accumulation_steps", 1, optional=True),
+    NumberRule("logging_steps", 0, strict=True),
+    NumberRule("save_steps", 0, strict=True),
+    NumberRule("eval_steps", 0, optional=True),  # 0, like unset, means logging_steps
+    NumberRule("dataloader_num_workers", 0),
+    NumberRule("seed", 0, high=2**32),
+    NumberRule("data_seed", 0, high=2**32, optional=True),
+    NumberRule("generation_num_beams", 1, optional=True),
+    NumberRule("generation_max_length", 1, optional=True),
+    NumberRule("mc_samples", 1),
+    NumberRule("mc_tolerance", 0, strict=True, optional=True),
+    NumberRule("mc_min_samples", 2),
+    NumberRule("update_every", 1),
+    NumberRule("scorer_steps", 1),
+    NumberRule("scorer_lr", 0),
+    NumberRule("dev_batch_tokens", 1),
+    NumberRule("dds_train_batch_tokens", 1),
+    NumberRule("mix_pool_batches", 1),
+    NumberRule("max_tokens", 1, optional=True),
+)
+
+
+@dataclass
+class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
+    """Seq2Seq training arguments plus the corpus-balancing knobs of MultiUAT and its baselines.
+
+    The balancing fields are declared in :class:`~uat_hf.training.balancing_arguments.BalancingArguments` (no
+    torch there,
+    so ``uat-train --help`` is quick); they come after the Trainer's, and ``predict_with_generate`` defaults to
+    True here.
+    """
+
+    _argument_group_name = "training and balancing (uat_hf.UATConfig)"
+
+    # Dict fields that also accept a JSON object string from the command line, as TrainingArguments' own.
+    _VALID_DICT_FIELDS = Seq2SeqTrainingArguments._VALID_DICT_FIELDS + ["corpus_probabilities"]
+
+    def __post_init__(self):
+        # Parsed here rather than by TrainingArguments so that malformed JSON names the field.
+        if isinstance(self.corpus_probabilities, str):
+            text = self.corpus_probabilities
+            try:
+                self.corpus_probabilities = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"corpus_probabilities must be a JSON object such as '{{\"a\": 0.5, \"b\": 0.5}}', got {text!r} "
+                    f"({error})."
+                ) from None
+        super().__post_init__()
+        self._resolve_measure()
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"Unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+        self._check_prior_settings()
+        for rule in NUMBER_RULES:
+            rule.check(getattr(self, rule.name))
+        self._check_dataloader_settings()
+        self._check_mixing_law_settings()
+        if self.scorer_prior_fit not in PRIOR_FITS:
+            raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
+                             f"{self.scorer_prior_fit!r}.")
+        if self.strategy in SCORER_STRATEGIES and self.scorer_lr == 0 and self.scorer_prior_fit == "released":
+            raise ValueError(
+                "scorer_lr=0 cannot fit the scorer to its prior (scorer_prior_fit='released' uses the scorer's Adam); "
+                "use scorer_prior_fit='exact' for a scorer that stays at its prior, or a static strategy."
+            )
+        self._check_adaptive_k()
+        if self.mc_batch_mode not in MC_BATCH_MODES:
+            raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")
+        if self.is_dynamic and self.max_steps > 0 and self.update_every >= self.max_steps:
+            raise ValueError(
+                f"update_every={self.update_every} >= max_steps={self.max_steps}: strategy {self.strategy!r} would "
+                "never re-balance (the first update comes after update_every steps). Lower update_every or raise "
+                "max_steps, or use a static strategy."
+            )
+
+    def _check_adaptive_k(self) -> None:
+        """Adaptive K stops MultiUAT's Monte Carlo passes early: another strategy has no passes to stop, so setting it
+        there would silently do nothing."""
+        if self.mc_tolerance is None:
+            return
+        if self.strategy != "multiuat":
+            raise ValueError(
+                f"mc_tolerance={self.mc_tolerance} (adaptive K) stops the Monte Carlo dropout passes of strategy "
+                f"'multiuat', but strategy is {self.strategy!r}, which runs none. Remove mc_tolerance, or use "
+                "strategy 'multiuat'."
+            )
+        if self.mc_min_samples > self.mc_samples:
+            raise ValueError(
+                f"mc_min_samples={self.mc_min_samples} > mc_samples={self.mc_samples}: adaptive K runs at least "
+                "mc_min_samples and at most mc_samples passes. Lower mc_min_samples or raise mc_samples."
+            )
+
+    def _check_dataloader_settings(self) -> None:
+        """Trainer settings of the training DataLoader that the corpus sampler, which builds every batch, would
+        silently ignore: refused, each with what to do instead."""
+        if self.train_sampling_strategy != "random":
+            raise ValueError(
+                f"train_sampling_strategy={self.train_sampling_strategy!r} is not used: the corpus sampler draws "
+                "every training batch (its corpus from p, its examples shuffled within the corpus). Batches of a "
+                "token budget (max_tokens) are already grouped by length; remove train_sampling_strategy, and set "
+                "max_tokens for length-grouped batches."
+            )
+        if self.dataloader_drop_last:
+            raise ValueError(
+                "dataloader_drop_last=True is not used: the corpus sampler draws batches from endless per-corpus "
+                "streams, so an epoch does not end in an incomplete batch to drop (with per_device_train_batch_size, "
+                "the one short batch per pass through a corpus is kept so that every example is trained on). "
+                "Remove dataloader_drop_last."
+            )
+        if self.auto_find_batch_size:
+            raise ValueError(
+                "auto_find_batch_size=True is not used: the corpus sampler builds its batches (max_tokens, or "
+                "per_device_train_batch_size without it) once, when the trainer is built, so the Trainer's smaller "
+                "retry batch size would never reach them. Remove auto_find_batch_size and lower max_tokens (or "
+                "per_device_train_batch_size) if a batch does not fit in memory."
+            )
+
+    def _resolve_measure(self) -> None:
+        """``multiuat-<measure>`` → ``strategy='multiuat'`` and that measure, so that a study can name each
+        MultiUAT variant with one word (``--strategy multiuat-entsent``). A ``measure`` that names another
+        measure is refused rather than one of the two silently winning."""
+        spelled = self.strategy[len(MULTIUAT_PREFIX):] if self.strategy.startswith(MULTIUAT_PREFIX) else None
+        if spelled is not None:
+            if self.measure is not None and self.measure != spelled:
+                raise ValueError(
+                    f"strategy {self.strategy!r} names measure {spelled!r}, but measure is {self.measure!r}. Give the "
+                    f"measure once: strategy 'multiuat' with measure {self.measure!r}, or remove measure."
+                )
+            self.strategy, self.measure = "multiuat", spelled
+        elif self.measure is None:
+            self.measure = DEFAULT_MEASURE
+        if self.measure not in MEASURES + RELEASED_CODE_MEASURES:
+            source = f" (from strategy '{MULTIUAT_PREFIX}{spelled}')" if spelled is not None else ""
+            raise ValueError(f"Unknown measure {self.measure!r}{source}; choose one of "
+                             f"{', '.join(MEASURES + RELEASED_CODE_MEASURES)}.")
+
+    def _check_mixing_law_settings(self) -> None:
+        """The ``mixing_law_*`` knobs belong to strategy ``mixing-law``: with another strategy they would silently do
+        nothing, so they are refused; with it, they are checked here, before training starts."""
+        given = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name.startswith(MIXING_LAW_PREFIX) and getattr(self, f.name) is not None}
+        if given and self.strategy != "mixing-law":
+            raise ValueError(
+                f"{', '.join(f'{k}={v}' for k, v in given.items())} set(s) strategy 'mixing-law', but strategy is "
+                f"{self.strategy!r}. Remove it, or use strategy 'mixing-law'."
+            )
+        if self.strategy == "mixing-law":
+            self.mixing_law_settings()  # validates
+
+    def mixing_law_settings(self) -> MixingLawSettings:
+        """The settings of strategy ``mixing-law``: the given ``mixing_law_*`` values, the defaults otherwise."""
+        given = {f.name[len(MIXING_LAW_PREFIX):]: getattr(self, f.name) for f in fields(self)
+                 if f.name.startswith(MIXING_LAW_PREFIX) and getattr(self, f.name) is not None}
+        return MixingLawSettings(**given)
+
+    def _check_prior_settings(self) -> None:
+        """Each prior knob belongs to one kind of strategy, so that switching ``strategy`` (e.g. on the command
+        line over a recipe written for another one) can never silently train a different baseline."""
+        for name in ("sampling_temperature", "scorer_prior_temperature"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:  # also rejects NaN
+                raise ValueError(f"{name} must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got "
+                                 f"{value}.")
+        if self.sampling_temperature is not None and self.strategy != "temperature":
+            raise ValueError(
+                f"sampling_temperature={self.sampling_temperature} is the τ of strategy 'temperature', but strategy "
+                f"is {self.strategy!r}" + (
+                    f", whose τ is fixed ({STATIC_TEMPERATURES[self.strategy]})"
+                    if self.strategy in STATIC_TEMPERATURES
+                    else "; a dynamic strategy's starting prior is scorer_prior_temperature" if self.is_dynamic else ""
+                ) + ". Remove it or use strategy 'temperature'."
+            )
+        if self.scorer_prior_temperature is not None and not self.is_dynamic:
+            raise ValueError(
+                f"scorer_prior_temperature={self.scorer_prior_temperature} sets where the multiuat / multidds-s "
+                f"scorer starts, but strategy {self.strategy!r} has no scorer. Remove it, or use sampling_temperature "
+                "with strategy 'temperature'."
+            )
+        if self.corpus_probabilities is None:
+            if self.strategy == "fixed":
+                raise ValueError(
+                    "strategy 'fixed' samples with corpus_probabilities, which is not set; give one probability per "
+                    "training corpus, e.g. --corpus_probabilities '{\"news\": 0.7, \"law\": 0.3}'."
+                )
+            return
+        if self.strategy in STATIC_TEMPERATURES:
+            raise ValueError(
+                f"corpus_probabilities fixes the mix by hand, but strategy {self.strategy!r} samples with its own "
+                "prior. Use strategy 'fixed' to sample with the given probabilities (or multiuat / multidds-s to "
+                "start the scorer from them), or remove corpus_probabilities."
+            )
+        if self.scorer_prior_temperature is not None:
+            raise ValueError(
+                "Give either scorer_prior_temperature or corpus_probabilities, not both: the hand-given probabilities "
+                "replace the τ prior the scorer starts from."
+            )
+        self.corpus_probabilities = check_corpus_probabilities(
+            self.corpus_probabilities,
+            positive=self.is_dynamic,
+            reason=f" but strategy {self.strategy!r} starts its scorer from these probabilities",
+        )
+
+    @property
+    def effective_prior_temperature(self) -> float | None:
+        """The τ of the prior p starts from: the strategy's own for static strategies (temperature: the given
+        sampling_temperature, else 5), scorer_prior_temperature (else 1) for dynamic ones; ``None`` when
+        corpus_probabilities gives p by hand."""
+        if self.corpus_probabilities is not None:
+            return None
+        if self.strategy == "temperature":
+            if self.sampling_temperature is not None:
+                return float(self.sampling_temperature)
+            return STATIC_TEMPERATURES["temperature"]
+        if self.strategy in STATIC_TEMPERATURES:
+            return STATIC_TEMPERATURES[self.strategy]
+        return float(self.scorer_prior_temperature) if self.scorer_prior_temperature is not None else 1.0
+
+    def corpus_distribution(self, sizes: Mapping[str, int]) -> CorpusDistribution:
+        """The distribution these settings start from, over corpora of these ``sizes`` (name → examples)."""
+        probabilities = None
+        if self.corpus_probabilities is not None:  # the values were checked in __post_init__, the names only here
+            probabilities = corpus_probabilities_for(self.corpus_probabilities, list(sizes))
+        return CorpusDistribution.for_strategy(
+            self.strategy, sizes, temperature=self.effective_prior_temperature, probabilities=probabilities,
+            scorer_lr=self.scorer_lr, scorer_steps=self.scorer_steps, scorer_prior_fit=self.scorer_prior_fit,
+            mixing_law=self.mixing_law_settings() if self.strategy == "mixing-law" else None,
+        )
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.strategy in DYNAMIC_STRATEGIES
+
+

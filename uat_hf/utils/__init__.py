@@ -1,0 +1,1 @@
+"""Leaves every layer may use: names, Hub ids and errors, column names, checkpoint folders and history files."""
