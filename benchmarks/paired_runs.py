@@ -1,7 +1,7 @@
 """Paired comparison of two archived sets of runs, seed by seed, from their hypotheses alone (no model needed).
 
-    python benchmarks/paired_runs.py docs/study/multidomain-B-mixing-law \\
-        docs/study_checks/multidomain-B-proportional-cpu --seeds 1 2 3
+    python benchmarks/paired_runs.py results/study/multidomain-B-mixing-law \\
+        results/study_checks/multidomain-B-proportional-cpu --seeds 1 2 3
 
 Each folder holds ``seed<N>/`` as ``benchmarks/study.py`` archives a run: ``recipe.yaml``, ``results.json`` and
 ``hypotheses/<corpus>.txt.gz``. The study driver pairs every cell with the best static prior of its own grid;

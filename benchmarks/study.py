@@ -17,7 +17,7 @@ in ``runs/study/<cell>/seed<N>/``. Each run goes through three steps, each skipp
    once they have all trained, so scoring waits until then. ``uat-evaluate RUN --config RUN --output_dir
    RUN/score``; every other run adds ``--compare BASELINE_RUN/score/hypotheses --seed N`` (the baseline of
    the same seed: paired significance per corpus). Done when ``RUN/score/results.json`` exists.
-3. pack: ``docs/study/<cell>/seed<N>/`` gets the run's recipe.yaml, eval_results.json, trainer_state.json (the
+3. pack: ``results/study/<cell>/seed<N>/`` gets the run's recipe.yaml, eval_results.json, trainer_state.json (the
    log history), balancing_history.jsonl, uat-evaluate's results.json, hypotheses/*.txt.gz and the two logs,
    then ``run.json`` last: a run with it is finished and skipped. No model weights.
 
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="cuda: train and score on the GPU, --jobs runs sharing it (default: cpu, as the recipes)")
     parser.add_argument("--recipes", type=Path, default=Path("recipes/study"), help="relative to the repository")
     parser.add_argument("--runs", type=Path, default=Path("runs/study"))
-    parser.add_argument("--archive", type=Path, default=Path("docs/study"))
+    parser.add_argument("--archive", type=Path, default=Path("results/study"))
     parser.add_argument("--redo", action="store_true", help="train and score the selected runs again from scratch")
     parser.add_argument("--rescore", action="store_true", help="score the selected runs again (after a baseline "
                         "seed was redone)")

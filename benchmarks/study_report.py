@@ -1,6 +1,6 @@
 """Writes docs/results.md (and docs/figures/study/) from the study archive alone (``benchmarks/study.py``).
 
-    python benchmarks/study_report.py            # docs/study/ → docs/results.md, docs/figures/study/*.png
+    python benchmarks/study_report.py            # results/study/ → docs/results.md, docs/figures/study/*.png
 
 The page states numbers: per corpus BLEU and chrF mean ± sd over seeds and their macro mean; uat-evaluate's
 paired test of every run against the best static prior of the same seed; the seed-to-seed sd and the
@@ -34,7 +34,7 @@ TARGET = "mixing-law"
 #: Two-sided 97.5 % quantiles of Student's t by degrees of freedom (so no SciPy is needed).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 #: A run took off when every corpus's test chrF reaches this: runs that did not (the one-epoch study of
-#: docs/results_previous.md) repeat a few frequent words and score chrF 4–12.
+#: results/previous/README.md) repeat a few frequent words and score chrF 4–12.
 TAKEOFF_CHRF = 15.0
 PLACEHOLDER = "_To be written by a person: one sentence stating what the numbers below show._"
 FINDING = re.compile(r"<!-- finding (\S+) -->\n(.*?)\n<!-- /finding -->", re.S)
@@ -337,7 +337,7 @@ def write_report(archive: Path, page: Path, figures_dir: Path) -> str:
              f"`{_shown(archive)}/` (how they were made: [docs/study.md](study.md)). Edit only the findings "
              "between the markers: regenerating keeps them. Scores are uat-evaluate's sacreBLEU BLEU and chrF "
              "on the test sets; mean is the unweighted mean over corpora. The earlier one-epoch study is in "
-             "[docs/results_previous.md](results_previous.md).", ""]
+             "[results/previous/README.md](../results/previous/README.md).", ""]
     if not runs:
         lines.append("No run has finished yet: `python benchmarks/study.py` runs the grid.")
     for group in sorted(groups):
@@ -354,7 +354,7 @@ def _shown(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--archive", type=Path, default=ROOT / "docs" / "study")
+    parser.add_argument("--archive", type=Path, default=ROOT / "results" / "study")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md")
     parser.add_argument("--figures", type=Path, default=ROOT / "docs" / "figures" / "study")
     args = parser.parse_args(argv)

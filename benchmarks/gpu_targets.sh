@@ -9,10 +9,10 @@
 # Results under $OUT (at most 8 files come back from the device tool): summary.txt (every table, with the card),
 # all.log (everything printed), and one JSON per measurement.
 #
-#   bash benchmarks/gpu_issue28.sh            # on the GPU machine, from the repository root
-#   SMOKE=1 bash benchmarks/gpu_issue28.sh    # the same commands, 2 steps, tiny sizes, on the CPU (~minutes)
+#   bash benchmarks/gpu_targets.sh            # on the GPU machine, from the repository root
+#   SMOKE=1 bash benchmarks/gpu_targets.sh    # the same commands, 2 steps, tiny sizes, on the CPU (~minutes)
 set -u
-OUT=${OUT:-$PWD/gpu_issue28_out}
+OUT=${OUT:-$PWD/gpu_targets_out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export HF_DATASETS_DISABLE_PROGRESS_BARS=1
