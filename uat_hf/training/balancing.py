@@ -32,6 +32,7 @@ from ..strategies.multiuat.uncertainty import UncertaintyReward
 from ..strategies.rewards import BalancingReward, require_supported_model
 from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
 from .callback import CorpusBalancingCallback
+from .health_callback import CorpusHealthCallback
 from .uat_config import UATConfig
 
 __all__ = ["attach_balancing", "check_corpora", "concatenate_corpora", "corpus_dataloader", "measuring_collator"]
@@ -99,6 +100,11 @@ def attach_balancing(
     callbacks = trainer.callback_handler.callbacks
     flow = next((i for i, c in enumerate(callbacks) if isinstance(c, DefaultFlowCallback)), -1)
     callbacks.insert(flow + 1, callback)
+    if dev_corpora and config.corpus_health_checks > 0:
+        callbacks.insert(flow + 2, CorpusHealthCallback(
+            train_corpora, dev_corpora, measuring_collator(trainer), checks=config.corpus_health_checks,
+            tokens=config.corpus_health_tokens, seed=seed,
+            language_code_ids=language_code_ids(trainer.processing_class)))
     return callback
 
 

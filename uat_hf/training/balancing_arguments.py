@@ -169,6 +169,17 @@ class BalancingArguments:
         metadata={"help": f"mixing-law: pull of log p back toward the log prior at each update (default "
                   f"{MixingLawSettings.anchor}; 0: none, as Aioli)."},
     )
+    corpus_health_checks: int = field(
+        default=10,
+        metadata={"help": "Checks per run of every corpus's loss on a fixed sample of its training pairs against its "
+                  "dev pairs; a corpus whose ratio stays far above the others' gets a warning that its training "
+                  "pairs look broken (docs/usage.md, 'Corpus health'). 0: no checks. Needs dev corpora."},
+    )
+    corpus_health_tokens: int = field(
+        default=2048,
+        metadata={"help": "Tokens of each corpus's training sample and of its dev sample in the corpus-health "
+                  "checks."},
+    )
     allow_inexact_resume: bool = field(
         default=False,
         metadata={

@@ -191,12 +191,8 @@ class CorpusBalancingCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         # The last update's numbers join the next training entry: the dict the loggers after us receive, and the
         # copy Trainer.log put in state.log_history before calling us (what trainer_state.json keeps).
-        if logs is None or not self._pending_logs or not ("loss" in logs or "train_loss" in logs):
-            return
-        logs.update(self._pending_logs)
-        if state.log_history and state.log_history[-1].get("step") == state.global_step:
-            state.log_history[-1].update(self._pending_logs)
-        self._pending_logs = {}
+        if join_training_log(state, logs, self._pending_logs):
+            self._pending_logs = {}
 
     def on_save(self, args, state, control, **kwargs):
         # After the Trainer's own files: a kill in between leaves a folder without the balancing state, which
@@ -346,6 +342,18 @@ class CorpusBalancingCallback(TrainerCallback):
         saved_in = os.path.join(os.path.dirname(os.path.abspath(folder)), HISTORY_FILE)
         count = int(state.get("distribution", {}).get("update_count", 0))
         self.load_state_dict(state, self._history.restore(count, source=saved_in))
+
+
+def join_training_log(state: Any, logs: dict | None, numbers: Mapping[str, float]) -> bool:
+    """Add ``numbers`` to a training log entry (one with a loss): to ``logs``, the dict the loggers after the
+    calling callback receive, and to the copy ``Trainer.log`` put in ``state.log_history`` before calling the
+    callbacks (what ``trainer_state.json`` keeps). Whether they were added."""
+    if logs is None or not numbers or not ("loss" in logs or "train_loss" in logs):
+        return False
+    logs.update(numbers)
+    if state.log_history and state.log_history[-1].get("step") == state.global_step:
+        state.log_history[-1].update(numbers)
+    return True
 
 
 def _rows(dataset, indices: Sequence[int]) -> list[dict]:

@@ -89,6 +89,8 @@ NUMBER_RULES = (
     NumberRule("dds_train_batch_tokens", 1),
     NumberRule("mix_pool_batches", 1),
     NumberRule("max_tokens", 1, optional=True),
+    NumberRule("corpus_health_checks", 0),
+    NumberRule("corpus_health_tokens", 1),
 )
 
 

@@ -1,0 +1,88 @@
+"""Corpus health during training: warn, naming the corpus and the numbers, when its training pairs look broken.
+
+A few checks per run (``corpus_health_checks``, evenly spaced) measure every corpus's loss on a fixed sample
+of its training pairs and of its dev pairs (:mod:`uat_hf.evaluation.corpus_health`). A corpus suspect at two
+consecutive checks gets one warning in the log; the checks join the Trainer's log entries as
+``health/<corpus>_ratio`` (so ``trainer_state.json`` keeps them, and a resumed run picks up the last one), and
+:attr:`CorpusHealthCallback.last` gives the final verdict to whoever writes the run's results.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ..evaluation.corpus_health import CorpusHealth, HealthSample, corpus_loss, draw_health_sample, suspect_corpora
+from .callback import join_training_log
+
+__all__ = ["CorpusHealthCallback"]
+
+logger = logging.getLogger(__name__)
+
+_PREFIX = "health/"
+
+
+class CorpusHealthCallback(TrainerCallback):
+    """Checks every corpus's training/dev loss ratio ``checks`` times per run and warns about broken corpora."""
+
+    def __init__(self, train_corpora: Mapping[str, Any], dev_corpora: Mapping[str, Any],
+                 collate_fn: Callable[[list[dict]], dict], *, checks: int = 10, tokens: int = 2048,
+                 sub_batch_tokens: int = 4096, seed: int = 0, language_code_ids: Collection[int] = ()) -> None:
+        if checks < 1:
+            raise ValueError(f"corpus_health_checks must be >= 1 to build a CorpusHealthCallback, got {checks}.")
+        self.names = list(train_corpora)
+        self.train_corpora, self.dev_corpora = train_corpora, dev_corpora
+        self.collate_fn = collate_fn
+        self.checks, self.tokens, self.sub_batch_tokens = checks, tokens, sub_batch_tokens
+        self.seed, self.language_code_ids = seed, language_code_ids
+        self.every = 0
+        self.last: CorpusHealth | None = None
+        self.warned: dict[str, str] = {}
+        self._previous_ratio: dict[str, float] = {}
+        self._samples: dict[str, HealthSample] | None = None
+        self._pending: dict[str, float] = {}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.every = max(1, state.max_steps // self.checks)
+        for entry in state.log_history:  # a resumed run: the last check before the checkpoint
+            ratios = {k[len(_PREFIX):-len("_ratio")]: v for k, v in entry.items()
+                      if k.startswith(_PREFIX) and k.endswith("_ratio")}
+            if ratios:
+                self._previous_ratio = ratios
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        if model is not None and (step % self.every == 0 or step == state.max_steps):
+            self.check(model, step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if join_training_log(state, logs, self._pending):
+            self._pending = {}
+
+    def check(self, model: Any, step: int) -> CorpusHealth:
+        """Measure now; warn about corpora suspect now and at the previous check."""
+        if self._samples is None:
+            self._samples = {
+                n: draw_health_sample(self.train_corpora[n], self.dev_corpora[n], self.collate_fn, tokens=self.tokens,
+                                      sub_batch_tokens=self.sub_batch_tokens, seed=self.seed + i)
+                for i, n in enumerate(self.names)}
+        health = CorpusHealth(
+            step, self.names,
+            [corpus_loss(model, self._samples[n].train, self.language_code_ids) for n in self.names],
+            [corpus_loss(model, self._samples[n].dev, self.language_code_ids) for n in self.names])
+        before = suspect_corpora(self._previous_ratio) if self._previous_ratio else []
+        for name in health.suspects():
+            if name in before and name not in self.warned:
+                self.warned[name] = health.describe(name)
+                logger.warning(self.warned[name])
+        self._previous_ratio = dict(zip(self.names, health.ratio))
+        self._pending = {f"{_PREFIX}{n}_ratio": round(r, 4) for n, r in zip(self.names, health.ratio)}
+        self.last = health
+        return health
+
+    def summary(self) -> dict:
+        """The last check and the warnings of the run, for ``eval_results.json``."""
+        return {**(self.last.as_dict() if self.last else {}), "warnings": list(self.warned.values())}
