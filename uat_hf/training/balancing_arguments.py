@@ -176,7 +176,7 @@ class BalancingArguments:
                   "pairs look broken (docs/usage.md, 'Corpus health'). 0: no checks. Needs dev corpora."},
     )
     corpus_health_tokens: int = field(
-        default=2048,
+        default=1024,
         metadata={"help": "Tokens of each corpus's training sample and of its dev sample in the corpus-health "
                   "checks."},
     )
