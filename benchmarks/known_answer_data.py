@@ -86,7 +86,7 @@ def kept_rows(sources: list[str], targets: list[str], config, corpus: str) -> li
     from uat_hf.preprocessing import preprocess
 
     table = datasets.Dataset.from_dict({"source": sources, "target": targets, "row": list(range(len(sources)))})
-    return list(preprocess(table, config, corpus=corpus, split="train")["row"])
+    return preprocess(table, config, corpus=corpus, split="train").select_columns(["row"]).to_dict()["row"]
 
 
 def words(text: str) -> int:

@@ -182,18 +182,21 @@ class Study:
         fixed = study_recipes.baseline_strategy(group)
         if fixed is not None:
             cell = f"{group}-{fixed}"
-            seeds = sorted({int(p.name[4:]) for p in self._seed_dirs(cell) if self.trained(Run(cell, int(p.name[4:])))})
+            seeds = sorted(self._trained_seeds(cell))
             return (cell, seeds) if cell in self.cells() and seeds else None
         static = [cell for cell in self.cells()
                   if "-".join(parts(cell)[:2]) == group and parts(cell)[2] in STATIC_STRATEGIES]
         seeds = None
         for cell in static:
-            trained = {int(p.name[4:]) for p in self._seed_dirs(cell) if self.trained(Run(cell, int(p.name[4:])))}
+            trained = self._trained_seeds(cell)
             seeds = trained if seeds is None else seeds & trained
         if not static or not seeds:
             return None
         means = {cell: sum(self.test_bleu(Run(cell, seed)) for seed in seeds) / len(seeds) for cell in static}
         return max(means, key=means.get), sorted(seeds)
+
+    def _trained_seeds(self, cell: str) -> set[int]:
+        return {int(p.name[4:]) for p in self._seed_dirs(cell) if self.trained(Run(cell, int(p.name[4:])))}
 
     def _seed_dirs(self, cell: str) -> Iterable[Path]:
         for root in (self.runs, self.archive):
