@@ -294,7 +294,8 @@ class Study:
         waiting = [run for run in runs if self.trained(run) and not self.finished(run)]
         if chosen is None:
             if waiting:
-                say(f"{group}: {len(waiting)} trained runs wait for every static prior to train a seed")
+                awaited = study_recipes.baseline_strategy(group) or "every static prior"
+                say(f"{group}: {len(waiting)} trained runs wait for {awaited} to train a seed")
             return errors
         cell, seeds = chosen
         say(f"{group}: baseline {cell} (best static prior, mean test BLEU over seeds {seeds})")
