@@ -66,15 +66,17 @@ def read_pairs(file: Path) -> tuple[list[str], list[str]]:
     return [row[SOURCE_LANG] for row in rows], [row[TARGET_LANG] for row in rows]
 
 
-def recipe_preprocessing(*, dedupe: bool = True):
-    """The :class:`~uat_hf.preprocessing.PreprocessingConfig` that regime A's recipes give uat-train (built as
-    ``uat_hf.cli.train_data.load_data`` builds it), with ``dedupe`` as the cell sets it."""
+def recipe_preprocessing(setup: str = "multidomain", *, dedupe: bool | None = None):
+    """The :class:`~uat_hf.preprocessing.PreprocessingConfig` that the regime A recipes of ``setup`` give uat-train
+    (built as ``uat_hf.cli.train_data.load_data`` builds it); ``dedupe`` overrides the recipe's."""
     from uat_hf.cli.arguments import DataArguments
     from uat_hf.preprocessing import PreprocessingConfig
 
     names = {f.name for f in dataclasses.fields(DataArguments)}
-    fields = study_recipes.REGIMES["multidomain", "A"]["fields"]
-    data = DataArguments(**{key: value for key, value in fields.items() if key in names}, dedupe=dedupe)
+    fields = dict(study_recipes.settings(setup, "A")["fields"])
+    if dedupe is not None:
+        fields["dedupe"] = dedupe
+    data = DataArguments(**{key: value for key, value in fields.items() if key in names})
     return PreprocessingConfig(max_length_ratio=data.max_length_ratio, max_source_words=data.max_source_words,
                                max_target_words=data.max_target_words, dedupe=data.dedupe)
 
@@ -199,9 +201,8 @@ def _copy_unchanged(folder: Path, skip: str) -> None:
             shutil.copyfile(file, folder / file.name)
 
 
-def train_sizes(folder: Path, *, dedupe: bool) -> dict[str, int]:
-    """Training pairs of every corpus of ``folder`` after regime A's cleaning (``dedupe`` as the cell sets it)."""
-    config = recipe_preprocessing(dedupe=dedupe)
+def train_sizes(folder: Path, config) -> dict[str, int]:
+    """Training pairs of every corpus of ``folder`` after the cleaning ``config``."""
     sizes = {}
     for file in sorted(folder.glob("*.train.jsonl.gz")):
         corpus = file.name.split(".")[0]
@@ -218,7 +219,7 @@ def build_misaligned(folder: Path, seed: int) -> dict:
     sources, targets, record = misaligned_pairs(seed)
     _copy_unchanged(folder, f"{MISALIGNED}.train.jsonl.gz")
     write_jsonl_gz(folder / f"{MISALIGNED}.train.jsonl.gz", sources, targets)
-    sizes = train_sizes(folder, dedupe=True)
+    sizes = train_sizes(folder, recipe_preprocessing("misaligned"))
     surviving = sizes[MISALIGNED] / record["broken_pairs"]
     share = sizes[MISALIGNED] / sum(sizes.values())
     if surviving < MIN_SURVIVING or share < MIN_MISALIGNED_SHARE:
@@ -239,7 +240,8 @@ def build_duplicated(folder: Path, seed: int) -> dict:
     _copy_unchanged(folder, f"{DUPLICATED}.train.jsonl.gz")
     with gzip.open(BUNDLED / f"{DUPLICATED}.train.jsonl.gz", "rb") as original:
         write_gz(folder / f"{DUPLICATED}.train.jsonl.gz", original.read() * COPIES)
-    sizes, deduplicated = train_sizes(folder, dedupe=False), train_sizes(folder, dedupe=True)
+    sizes = train_sizes(folder, recipe_preprocessing("duplicated"))  # dedupe off, as its recipes say
+    deduplicated = train_sizes(folder, recipe_preprocessing("duplicated", dedupe=True))
     share = sizes[DUPLICATED] / sum(sizes.values())
     if share < MIN_DUPLICATED_SHARE or sizes[DUPLICATED] != COPIES * deduplicated[DUPLICATED]:
         raise RuntimeError(f"duplicated: proportional gives {DUPLICATED} {share:.1%} (< {MIN_DUPLICATED_SHARE:.0%}?), "
