@@ -1,12 +1,15 @@
 """The study of issue 19: recipes × seeds trained with ``uat-train``, scored with ``uat-evaluate``, archived.
 
-    python benchmarks/study.py                                          # the grid: recipes/study/*.yaml x seeds 1 2 3
+    python benchmarks/study.py                                          # the grid: recipes/study/*.yaml x their seeds
     python benchmarks/study.py --setups multidomain --regimes A         # one setup and regime
     python benchmarks/study.py --cells multidomain-A-uniform --seeds 2 --redo   # one seed, from scratch
     python benchmarks/study.py --dry-run                                # what would run, and each rerun command
 
 A cell is one recipe, ``recipes/study/<setup>-<regime>-<strategy>.yaml``; a run is a cell and a seed, trained
-in ``runs/study/<cell>/seed<N>/``. Each run goes through three steps, each skipped when its output exists:
+in ``runs/study/<cell>/seed<N>/``. Without ``--seeds`` each cell runs its own seeds
+(``study_recipes.default_seeds``: 1, 2, 3; the known-answer cells 1-5, or 1-3 for temperature and uniform; the
+share sweep 11). A known-answer cell's corpora (``runs/known-answer/``) are built first when they are missing
+(``benchmarks/known_answer_data.py``). Each run goes through three steps, each skipped when its output exists:
 
 1. train: ``uat-train --config RECIPE --seed N --output_dir RUN --torch_num_threads 1``, with
    ``--resume_from_checkpoint latest`` when RUN holds a complete checkpoint (a run whose training ended but
@@ -14,7 +17,8 @@ in ``runs/study/<cell>/seed<N>/``. Each run goes through three steps, each skipp
    writes it last); the checkpoints are deleted then.
 2. score: the baseline of a setup and regime is its best static prior: the highest macro test BLEU
    (uat-train's ``eval_results.json``) averaged over the seeds every static prior has trained. It is known
-   once they have all trained, so scoring waits until then. ``uat-evaluate RUN --config RUN --output_dir
+   once they have all trained, so scoring waits until then. The known-answer groups compare with
+   proportional by design (``study_recipes.baseline_strategy``). ``uat-evaluate RUN --config RUN --output_dir
    RUN/score``; every other run adds ``--compare BASELINE_RUN/score/hypotheses --seed N`` (the baseline of
    the same seed: paired significance per corpus). Done when ``RUN/score/results.json`` exists.
 3. pack: ``results/study/<cell>/seed<N>/`` gets the run's recipe.yaml, eval_results.json, trainer_state.json (the
@@ -43,8 +47,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from uat_hf.sampling.distribution import STATIC_STRATEGIES
 from uat_hf.utils.checkpoints import checkpoint_folders, last_complete_checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, however this one is loaded
+import study_recipes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -168,17 +177,26 @@ class Study:
     # ------------------------------------------------------------------ baseline
     def baseline(self, group: str) -> tuple[str, list[int]] | None:
         """The best static prior of ``group`` and the seeds it was chosen on, or ``None`` while some static
-        prior has trained none of the seeds the others have."""
+        prior has trained none of the seeds the others have. A group whose baseline is fixed by design
+        (:func:`study_recipes.baseline_strategy`) gets that cell and the seeds it has trained."""
+        fixed = study_recipes.baseline_strategy(group)
+        if fixed is not None:
+            cell = f"{group}-{fixed}"
+            seeds = sorted(self._trained_seeds(cell))
+            return (cell, seeds) if cell in self.cells() and seeds else None
         static = [cell for cell in self.cells()
                   if "-".join(parts(cell)[:2]) == group and parts(cell)[2] in STATIC_STRATEGIES]
         seeds = None
         for cell in static:
-            trained = {int(p.name[4:]) for p in self._seed_dirs(cell) if self.trained(Run(cell, int(p.name[4:])))}
+            trained = self._trained_seeds(cell)
             seeds = trained if seeds is None else seeds & trained
         if not static or not seeds:
             return None
         means = {cell: sum(self.test_bleu(Run(cell, seed)) for seed in seeds) / len(seeds) for cell in static}
         return max(means, key=means.get), sorted(seeds)
+
+    def _trained_seeds(self, cell: str) -> set[int]:
+        return {int(p.name[4:]) for p in self._seed_dirs(cell) if self.trained(Run(cell, int(p.name[4:])))}
 
     def _seed_dirs(self, cell: str) -> Iterable[Path]:
         for root in (self.runs, self.archive):
@@ -197,6 +215,18 @@ class Study:
         if not folder.is_dir() and self.finished(baseline):
             unpack_hypotheses(self.archive_dir(baseline), folder)
         return folder
+
+    def missing_corpora(self, runs: Iterable[Run]) -> list[Path]:
+        """The known-answer corpus folders (``runs/known-answer/<setup>``) that the recipes of ``runs`` read and
+        that are not built yet (relative to the working directory, as uat-train reads them)."""
+        folders = set()
+        for cell in {run.cell for run in runs}:
+            corpus_dir = str(yaml.safe_load(self.recipe(Run(cell, 0)).read_text()).get("corpus_dir") or "")
+            if corpus_dir.startswith(study_recipes.KNOWN_ANSWER_DIR + "/"):
+                folders.add(Path(corpus_dir))
+        from known_answer_data import built
+
+        return sorted(folder for folder in folders if not built(folder))
 
     # ------------------------------------------------------------------ steps
     def train(self, run: Run) -> None:
@@ -264,7 +294,8 @@ class Study:
         waiting = [run for run in runs if self.trained(run) and not self.finished(run)]
         if chosen is None:
             if waiting:
-                say(f"{group}: {len(waiting)} trained runs wait for every static prior to train a seed")
+                awaited = study_recipes.baseline_strategy(group) or "every static prior"
+                say(f"{group}: {len(waiting)} trained runs wait for {awaited} to train a seed")
             return errors
         cell, seeds = chosen
         say(f"{group}: baseline {cell} (best static prior, mean test BLEU over seeds {seeds})")
@@ -314,15 +345,16 @@ def unpack_hypotheses(archived: Path, folder: Path) -> Path:
     return folder
 
 
-def select(cells: list[str], *, setups=None, regimes=None, strategies=None, only=None, seeds=(1, 2, 3)) -> list[Run]:
-    """The runs of the cells that match every filter given, for every seed."""
+def select(cells: list[str], *, setups=None, regimes=None, strategies=None, only=None, seeds=None) -> list[Run]:
+    """The runs of the cells that match every filter given, for every seed of ``seeds`` (``None``: each cell's
+    own, :func:`study_recipes.default_seeds`)."""
     chosen = [cell for cell in cells
               if (not setups or parts(cell)[0] in setups) and (not regimes or parts(cell)[1] in regimes)
               and (not strategies or parts(cell)[2] in strategies) and (not only or cell in only)]
     unknown = sorted(set(only or ()) - set(cells))
     if unknown:
         raise SystemExit(f"unknown cells {unknown}; the recipes define {cells}")
-    return [Run(cell, seed) for cell in chosen for seed in seeds]
+    return [Run(cell, seed) for cell in chosen for seed in (seeds or study_recipes.default_seeds(cell))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regimes", nargs="*", help="A, B, B2 (default: all)")
     parser.add_argument("--strategies", nargs="*", help="e.g. proportional multiuat-entsent (default: all)")
     parser.add_argument("--cells", nargs="*", help="whole cell names, e.g. multidomain-A-uniform")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--seeds", nargs="+", type=int,
+                        help="default: each cell's own (1 2 3; known-answer cells 1-5 or 1-3; the share sweep 11)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: train and score on the GPU, --jobs runs sharing it (default: cpu, as the recipes)")
@@ -356,6 +389,15 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             raise SystemExit("--device cuda, but torch sees no CUDA device here: run on a GPU machine with a CUDA "
                              "build of torch, or leave --device out to train on the CPU.")
+    missing = study.missing_corpora(selected)
+    for folder in missing:
+        say(f"{folder}: not built yet; {'would build' if args.dry_run else 'building'} it with "
+            "python benchmarks/known_answer_data.py")
+    if missing and not args.dry_run:
+        from known_answer_data import build
+
+        for folder in missing:
+            build(folder.parent, setups=(folder.name,))
     if args.redo or args.rescore:
         study.forget(selected, training=args.redo)
     errors = study.run_all(selected, dry_run=args.dry_run)

@@ -9,6 +9,12 @@ scorer_steps × scorer_lr`` over a run (Adam moves each logit by about ``scorer_
 comparable to the log-size spread ``ln(largest/smallest)`` of the corpora, so that p drifts from the prior
 over the whole run instead of jumping in one update. Updates are counted before the last step (an update at
 the last step changes no batch).
+
+The known-answer cells (issue 36; docs/study.md, "Known-answer cells") are regime A's recipes on the corpora that
+``benchmarks/known_answer_data.py`` derives from the bundled sample: ``misaligned-A-<strategy>`` and
+``duplicated-A-<strategy>`` (:data:`KNOWN_STRATEGIES`, the oracle a fixed prior), and the oracle share sweep
+``misaligned-Adev-<prior>``, scored on the dev sets with seed :data:`SWEEP_SEED`. They differ from
+multidomain-A's recipes only in ``corpus_dir``, ``dedupe``, ``eval_split`` (the sweep) and the strategy.
 """
 
 from __future__ import annotations
@@ -125,19 +131,119 @@ REGIMES: dict[tuple[str, str], dict] = {
 DEV_BATCH = {"dev_batch_tokens": 512}
 MC_SAMPLES = {"mc_samples": 5}
 
+# ----------------------------------------------------------------------------------- known-answer cells (issue 36)
+
+#: Where benchmarks/known_answer_data.py writes the known-answer corpora (relative to the repository root).
+KNOWN_ANSWER_DIR = "runs/known-answer"
+#: The corpus each known-answer setup breaks: trained on with misaligned targets, or repeated.
+BROKEN_CORPUS = {"misaligned": "software", "duplicated": "dictionary"}
+#: Per setup: what it is, the fields that differ from regime A's, and the training pairs after the cell's own
+#: cleaning (known_answer_data's construction.json; a test checks them).
+KNOWN_ANSWER: dict[str, dict] = {
+    "misaligned": {
+        "about": "known-answer cell (issue 36), misaligned: the bundled sample with software's training targets "
+                 "exchanged between pairs of the same word lengths (benchmarks/known_answer_data.py, seed 36: all "
+                 "17,337 pairs broken, 17,336 survive the length filters, 41.5 % of the examples under "
+                 "proportional sampling). Dev and test sets are the bundled ones. Known answer: software's "
+                 "training data can only hurt, so the right mix gives it almost nothing; the oracle is software "
+                 "at 0.01 and the other three proportional to their sizes.",
+        "fields": {"corpus_dir": f"{KNOWN_ANSWER_DIR}/misaligned"},
+        "sizes": {**MULTIDOMAIN_SIZES, "software": 17336},
+    },
+    "duplicated": {
+        "about": "known-answer cell (issue 36), duplicated: the bundled sample with dictionary's training file "
+                 "repeated 6 times (benchmarks/known_answer_data.py), 42.2 % of the examples under proportional "
+                 "sampling. dedupe is off: uat-train would otherwise drop the copies, and a user whose corpus "
+                 "reached them twice (several files, several releases) and who turned dedupe off, or whose copies "
+                 "differ in whitespace or punctuation, trains on them. Known answer: the proportional prior without "
+                 "the copies (the oracle).",
+        "fields": {"corpus_dir": f"{KNOWN_ANSWER_DIR}/duplicated", "dedupe": False},
+        "sizes": {**MULTIDOMAIN_SIZES, "dictionary": 6 * MULTIDOMAIN_SIZES["dictionary"]},
+    },
+}
+KNOWN_STRATEGIES = ("proportional", "temperature", "uniform", "oracle", "multiuat-enteos", "multidds-s",
+                    "mixing-law")
+#: The oracle's share of the misaligned corpus: small, not 0, so that the prior stays a valid scorer start too.
+ORACLE_SHARE = 0.01
+#: Seeds of the known-answer cells: 5 where the comparison is made (proportional, the oracle, the learned
+#: strategies), 3 for the other static priors.
+KNOWN_SEEDS, FEWER_SEEDS = (1, 2, 3, 4, 5), (1, 2, 3)
+#: The oracle share sweep: fixed priors of the misaligned setup, software at these shares (and proportional,
+#: ~0.415), scored on the DEV sets (regime "Adev": regime A with eval_split dev) with a seed no cell uses.
+SWEEP_REGIME, SWEEP_SEED, SWEEP_SHARES = "Adev", 11, (0.01, 0.05, 0.15)
+SWEEP_STRATEGIES = tuple(f"share{share:g}" for share in SWEEP_SHARES) + ("proportional",)
+
+
+def known_answer_cells() -> list[tuple[str, str, str]]:
+    """(setup, regime, strategy) of every known-answer cell and of the share sweep."""
+    return ([(setup, "A", strategy) for setup in KNOWN_ANSWER for strategy in KNOWN_STRATEGIES]
+            + [("misaligned", SWEEP_REGIME, strategy) for strategy in SWEEP_STRATEGIES])
+
+
+def settings(setup: str, regime: str) -> dict:
+    """The table of a grid: :data:`REGIMES`'s, or for a known-answer setup regime A's with its corpora (and, in
+    the sweep, the dev sets as the evaluation split)."""
+    if (setup, regime) in REGIMES:
+        return REGIMES[setup, regime]
+    base, known = REGIMES["multidomain", "A"], KNOWN_ANSWER[setup]
+    fields, about = {**base["fields"], **known["fields"]}, f"{known['about']} Otherwise {base['about']}"
+    if regime == SWEEP_REGIME:
+        fields["eval_split"] = "dev"
+        about = (f"Oracle share sweep (issue 36): a fixed prior scored on the DEV sets (eval_split: dev; never "
+                 f"test) with seed {SWEEP_SEED}, which no cell uses, to show which static prior is best. {about}")
+    return {**base, "about": about, "fields": fields}
+
+
+def fixed_prior(setup: str, share: float | None = None) -> dict[str, float]:
+    """The oracle (``share`` None) or a sweep prior: misaligned, the broken corpus at ``share`` (default
+    :data:`ORACLE_SHARE`) and the others proportional to their sizes; duplicated, proportional over the sizes
+    without the copies. Rounded to 6 decimals, summing to 1."""
+    broken = BROKEN_CORPUS[setup]
+    if setup == "duplicated":
+        weights = {corpus: float(size) for corpus, size in MULTIDOMAIN_SIZES.items()}
+    else:
+        share = ORACLE_SHARE if share is None else share
+        others = {corpus: size for corpus, size in KNOWN_ANSWER[setup]["sizes"].items() if corpus != broken}
+        weights = {**{c: (1 - share) * n / sum(others.values()) for c, n in others.items()}, broken: share}
+    total = sum(weights.values())
+    sink = max((corpus for corpus in weights if corpus != broken), key=weights.get)  # takes the rounding
+    prior = {corpus: round(weights[corpus] / total, 6) for corpus in sorted(weights) if corpus != sink}
+    prior[sink] = round(1 - sum(prior.values()), 6)
+    return dict(sorted(prior.items()))
+
+
+def default_seeds(cell: str) -> tuple[int, ...]:
+    """The seeds ``benchmarks/study.py`` runs a cell with when ``--seeds`` is not given: 1, 2, 3, except the
+    known-answer cells (:data:`KNOWN_SEEDS`, :data:`FEWER_SEEDS` for temperature and uniform) and the sweep."""
+    setup, regime, strategy = cell.split("-", 2)
+    if setup not in KNOWN_ANSWER:
+        return (1, 2, 3)
+    if regime == SWEEP_REGIME:
+        return (SWEEP_SEED,)
+    return FEWER_SEEDS if strategy in ("temperature", "uniform") else KNOWN_SEEDS
+
+
+def baseline_strategy(group: str) -> str | None:
+    """The strategy a group's runs are compared with when it is fixed by design: proportional in the known-answer
+    groups (the question is whether a strategy moves away from it, toward the oracle); ``None`` elsewhere, where
+    the driver picks the best static prior."""
+    return "proportional" if group.split("-")[0] in KNOWN_ANSWER else None
+
 
 def corpus_sizes(setup: str, regime: str) -> dict[str, int]:
     """Training pairs of each corpus of a grid before ``train_fraction`` (which keeps their ratios)."""
     if setup == "multidomain":
         return MULTIDOMAIN_SIZES
+    if setup in KNOWN_ANSWER:
+        return KNOWN_ANSWER[setup]["sizes"]
     return {corpus: MULTILINGUAL_SIZES[corpus] for corpus in REGIMES[setup, regime]["fields"]["corpora"]}
 
 
 def drift(setup: str, regime: str) -> dict[str, float]:
     """The scorer's possible travel over a run and in one update, against the corpora's log-size spread."""
-    settings = REGIMES[setup, regime]
-    updates = (settings["fields"]["max_steps"] - 1) // settings["update_every"]
-    per_update = SCORER_STEPS * settings["scorer_lr"]
+    table = settings(setup, regime)
+    updates = (table["fields"]["max_steps"] - 1) // table["update_every"]
+    per_update = SCORER_STEPS * table["scorer_lr"]
     sizes = corpus_sizes(setup, regime)
     largest, smallest = max(sizes.values()), min(sizes.values())
     spread = math.log(largest / smallest)
@@ -152,14 +258,14 @@ def _mixing_law_cost(setup: str, regime: str, measurement: dict) -> dict:
     worth) in the interval."""
     from uat_hf.strategies.mixing_law.law import MixingLawSettings
 
-    settings, n = REGIMES[setup, regime], len(corpus_sizes(setup, regime))
+    table, n = settings(setup, regime), len(corpus_sizes(setup, regime))
     law = MixingLawSettings(sweeps=measurement.get("mixing_law_sweeps", MixingLawSettings.sweeps))
     probe = law.probe_steps(n)
-    update_every = settings["update_every"]
+    update_every = table["update_every"]
     while probe > PROBE_SHARE * update_every:
         update_every = (update_every // 100 + 1) * 100
     batches = (law.windows(n) + 1) * n
-    cost = batches * measurement["dev_batch_tokens"] / (3 * update_every * settings["fields"]["max_tokens"])
+    cost = batches * measurement["dev_batch_tokens"] / (3 * update_every * table["fields"]["max_tokens"])
     return {"fields": {**measurement, "update_every": update_every}, "probe_steps": probe, "dev_batches": batches,
             "cost": cost}
 
@@ -176,22 +282,32 @@ def mixing_law_schedule(setup: str, regime: str) -> dict:
 
 def recipe_text(setup: str, regime: str, strategy: str) -> str:
     """The YAML of one cell: a comment that says what it is and how it is run, then the fields."""
-    settings = REGIMES[setup, regime]
+    settings_ = settings(setup, regime)
     cell = f"{setup}-{regime}-{strategy}"
-    fields = {"output_dir": f"runs/study/{cell}/seed1", "strategy": strategy, "seed": 1}
+    prior = _fixed_prior_of(setup, strategy)
+    fields = {"output_dir": f"runs/study/{cell}/seed1", "strategy": "fixed" if prior else strategy,
+              **({"corpus_probabilities": prior} if prior else {}), "seed": 1}
     notes = [f"Study cell {cell} (docs/study.md). Generated by benchmarks/study_recipes.py: edit that, not this.",
-             settings["about"]]
+             settings_["about"]]
+    if prior:
+        what = ("the oracle" if strategy == "oracle" else f"a sweep prior, {BROKEN_CORPUS[setup]} at "
+                f"{prior[BROKEN_CORPUS[setup]]:g}")
+        notes.append(f"strategy fixed: {what} ({', '.join(f'{c} {p:g}' for c, p in prior.items())}).")
+    if setup in KNOWN_ANSWER:
+        seeds = default_seeds(cell)
+        notes.append(f"Seeds: {', '.join(map(str, seeds))} (python benchmarks/study.py --cells {cell} runs them; "
+                     "benchmarks/study.py builds the corpora first when they are missing).")
     if strategy == "temperature":
         notes.append("temperature: τ = 5, the strategy's default (the paper's).")
     if strategy.startswith(("multiuat", "multidds")):
         d, sizes = drift(setup, regime), corpus_sizes(setup, regime).values()
         notes.append(
             f"Scorer drift: {d['updates']} updates before the last step x {SCORER_STEPS} scorer steps x "
-            f"scorer_lr {settings['scorer_lr']:g} = {d['travel']:.2f} of possible travel of psi, against "
+            f"scorer_lr {settings_['scorer_lr']:g} = {d['travel']:.2f} of possible travel of psi, against "
             f"ln(largest/smallest) = ln({max(sizes)}/{min(sizes)}) = {d['spread']:.2f}: ratio "
             f"{d['ratio']:.2f}; one update moves psi by at most {d['per_update']:.2f}.")
         fields.update(MC_SAMPLES if strategy.startswith("multiuat") else {}, **DEV_BATCH,
-                      update_every=settings["update_every"], scorer_lr=settings["scorer_lr"])
+                      update_every=settings_["update_every"], scorer_lr=settings_["scorer_lr"])
     if strategy == "mixing-law":
         m = mixing_law_schedule(setup, regime)
         every, tokens = m["fields"]["update_every"], m["fields"]["dev_batch_tokens"]
@@ -205,7 +321,7 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
             f"forwards of {tokens} tokens: about {100 * m['cost']:.1f} % of the training compute. update_every is "
             f"the regime's unless the probe windows would take more than {PROBE_SHARE:.0%} of it.")
         fields.update(m["fields"])
-    fields.update(settings["fields"])
+    fields.update(settings_["fields"])
     lines = [line for note in notes for line in textwrap.wrap(note, 117, initial_indent="# ", subsequent_indent="# ")]
     lines += [f"#   uat-train --config recipes/study/{cell}.yaml --seed N --output_dir runs/study/{cell}/seedN",
               "#   (python benchmarks/study.py runs the grid: one thread per run, resume, scoring, archive)"]
@@ -213,10 +329,20 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
     return "\n".join(lines) + "\n" + body
 
 
+def _fixed_prior_of(setup: str, strategy: str) -> dict[str, float] | None:
+    """The corpus_probabilities of a fixed-prior cell (the oracle, a sweep share), ``None`` for the others."""
+    if strategy == "oracle":
+        return fixed_prior(setup)
+    if strategy.startswith("share"):
+        return fixed_prior(setup, float(strategy[len("share"):]))
+    return None
+
+
 def all_recipes() -> dict[str, str]:
-    """File name → text, for every (setup, regime) and strategy."""
+    """File name → text, for every (setup, regime) and strategy, and every known-answer cell."""
+    cells = [(setup, regime, strategy) for setup, regime in REGIMES for strategy in STRATEGIES]
     return {f"{setup}-{regime}-{strategy}.yaml": recipe_text(setup, regime, strategy)
-            for setup, regime in REGIMES for strategy in STRATEGIES}
+            for setup, regime, strategy in cells + known_answer_cells()}
 
 
 def main() -> int:

@@ -23,16 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import study_recipes
 import yaml
+from known_answer_report import is_known_answer, known_answer_lines
+from study_stats import T_975, detectable, mean_sd  # noqa: F401 (T_975, detectable: this module's API too)
+from study_stats import num as _num
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ("proportional", "temperature", "uniform")
-ORDER = STATIC + ("multidds-s", "multiuat-enteos", "multiuat-exptp", "multiuat-entsent", "mixing-law")
+ORDER = STATIC + ("oracle", "multidds-s", "multiuat-enteos", "multiuat-exptp", "multiuat-entsent", "mixing-law")
 #: The strategy whose target (issue 26) each table states: never detectably below the best static prior, and
 #: above it by more than the smallest detectable difference in at least one setup.
 TARGET = "mixing-law"
-#: Two-sided 97.5 % quantiles of Student's t by degrees of freedom (so no SciPy is needed).
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 #: A run took off when every corpus's test chrF reaches this: runs that did not (the one-epoch study of
 #: results/previous/README.md) repeat a few frequent words and score chrF 4–12.
 TAKEOFF_CHRF = 15.0
@@ -77,20 +79,6 @@ def load_archive(archive: Path) -> list[ArchivedRun]:
             meta.get("machine", {}),
         ))
     return runs
-
-
-def mean_sd(values: list[float]) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
-
-
-def detectable(paired_sd: float, n: int) -> float | None:
-    """The smallest mean difference over ``n`` seeds that a two-sided paired t-test calls significant at
-    α = 0.05: t(0.975, n−1) · s_d / √n."""
-    return T_975[n - 1] * paired_sd / math.sqrt(n) if n - 1 in T_975 else None
 
 
 def _strategies(runs: list[ArchivedRun]) -> list[str]:
@@ -285,13 +273,12 @@ def figures(runs: list[ArchivedRun], out: Path, page: Path) -> list[str]:
     return lines
 
 
-def _num(value: float | None, spec: str = ".2f") -> str:
-    return "–" if value is None else format(value, spec)
-
-
 def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str], out: Path, page: Path) -> list[str]:
     corpora = sorted({c for r in runs for c in r.results["scores"]})
-    baseline = best_static(runs)
+    fixed = study_recipes.baseline_strategy(group)  # proportional in the known-answer groups, by design
+    baseline = fixed or best_static(runs)
+    compared = (f"Compared with: {fixed} (by design; best static prior by mean BLEU: {best_static(runs) or '–'})"
+                if fixed else f"Best static prior (mean BLEU over seeds): {baseline or '–'}")
     recipe = runs[0].recipe
     seeds = sorted({r.seed for r in runs})
     lines = [f"## {group}", "", f"<!-- finding {group} -->", findings.get(group, f"**Finding:** {PLACEHOLDER}"),
@@ -299,13 +286,13 @@ def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str],
              f"{len(runs)} runs, seeds {', '.join(map(str, seeds))}; {recipe.get('max_steps')} steps, train_fraction "
              f"{recipe.get('train_fraction', 1)}, corpora {recipe.get('corpus_dir')}; "
              f"{recipe.get('generation_num_beams')}-beam decoding of the {recipe.get('eval_split', 'test')} sets. "
-             f"Best static prior (mean BLEU over seeds): {baseline or '–'}. {machines_line(runs)}", "",
+             f"{compared}. {machines_line(runs)}", "",
              takeoff_line(runs), ""]
     for metric, title in (("bleu", "BLEU"), ("chrf", "chrF")):
         lines += [f"### {title}, mean ± sd over seeds", "", *score_table(runs, corpora, metric), ""]
     if baseline:
         tests = {r.results["significance"]["test"] for r in runs if r.results.get("significance")}
-        lines += ["### Paired test against the best static prior, same seed", "",
+        lines += [f"### Paired test against {fixed or 'the best static prior'}, same seed", "",
                   f"uat-evaluate's paired {'/'.join(sorted(tests)) or '–'} test per corpus (bs: bootstrap "
                   "resampling, ar: approximate randomization) of BLEU; * p < alpha. Δ mean BLEU is the "
                   "difference of the macro means.", "", *significance_table(runs, corpora, baseline), "",
@@ -316,6 +303,8 @@ def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str],
                   "takes the root mean of the variances.", "", *variation_table(runs, baseline), ""]
         if any(r.strategy == TARGET for r in runs):
             lines += [target_line(runs, baseline), "", *law_table(runs), ""]
+        if is_known_answer(group):
+            lines += known_answer_lines(group, runs, baseline, _strategies(runs))
     convergence = convergence_table(runs)
     if convergence:
         lines += ["### Convergence", "", *convergence, ""]

@@ -1,0 +1,109 @@
+"""The known-answer part of docs/results.md (issue 36): for the groups ``misaligned-A``, ``duplicated-A`` and the
+share sweep ``misaligned-Adev``, what each strategy scored over all the evaluation sets AND over the intact
+corpora, its paired difference from proportional over the seeds, where its p ended and how far from the oracle.
+
+Why the intact corpora: in ``misaligned`` the broken corpus's own test set is clean, so the macro over all four
+rewards whatever learns software from the other domains; the known answer (give software's training data almost
+nothing) is about the other three. In ``duplicated`` every corpus is sound data, only over-sampled: all four
+count. ``study_report.py`` calls :func:`known_answer_lines` for these groups; the numbers come from the archive
+alone, like the rest of the page.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from study_recipes import BROKEN_CORPUS, KNOWN_ANSWER, fixed_prior
+from study_stats import detectable, mean_sd, num
+
+from uat_hf.sampling.priors import STATIC_TEMPERATURES, temperature_prior
+
+
+def is_known_answer(group: str) -> bool:
+    """Whether ``group`` (``<setup>-<regime>``) is a known-answer group or the share sweep."""
+    return group.split("-")[0] in KNOWN_ANSWER
+
+
+def intact_corpora(setup: str, corpora: list[str]) -> list[str]:
+    """The corpora whose training data is sound: misaligned, all but the broken one; duplicated, all."""
+    return [c for c in corpora if setup != "misaligned" or c != BROKEN_CORPUS[setup]]
+
+
+def macro(run, corpora: list[str], metric: str) -> float:
+    """The unweighted mean of ``metric`` over ``corpora`` (uat-evaluate's mean when they are all of them)."""
+    return statistics.mean(run.results["scores"][corpus][metric] for corpus in corpora)
+
+
+def final_p(run) -> dict[str, float] | None:
+    """p at the end of a run: the last balancing update of a dynamic strategy, else the static prior of its recipe
+    (a fixed prior's corpus_probabilities, or the temperature prior over the training sizes of its train.log)."""
+    if run.history.is_file():
+        lines = [line for line in run.history.read_text().splitlines() if line.strip()]
+        if lines:
+            return json.loads(lines[-1])["probabilities"]
+    strategy = run.recipe.get("strategy")
+    if strategy == "fixed":
+        return run.recipe.get("corpus_probabilities") or fixed_prior(run.group.split("-")[0], _share(run.strategy))
+    if strategy in STATIC_TEMPERATURES and run.train_sizes:
+        tau = run.recipe.get("sampling_temperature") or STATIC_TEMPERATURES[strategy]
+        return dict(zip(run.train_sizes, temperature_prior(run.train_sizes, tau).tolist()))
+    return None
+
+
+def _share(strategy: str) -> float | None:
+    return float(strategy[len("share"):]) if strategy.startswith("share") else None
+
+
+def distance(p: dict[str, float], q: dict[str, float]) -> float:
+    """Total variation distance: the share of the examples that would have to move from one mix to the other."""
+    return sum(abs(p[c] - q.get(c, 0.0)) for c in p) / 2
+
+
+def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[str]) -> list[str]:
+    """The section's lines: what the known answer is, then one row per strategy (in ``strategies``' order)."""
+    setup = group.split("-")[0]
+    broken, oracle = BROKEN_CORPUS[setup], fixed_prior(setup)
+    corpora = sorted({c for r in runs for c in r.results["scores"]})
+    intact = intact_corpora(setup, corpora)
+    split = runs[0].results.get("split", "test")
+    why = (f"{broken}'s training targets are misaligned (its {split} set is clean), so the right mix gives it "
+           "almost nothing" if setup == "misaligned" else
+           f"{broken}'s training file is repeated (dedupe off), so the right mix is proportional without the copies")
+    lines = [f"### Known answer ({setup})", "",
+             f"{why}. Oracle (a fixed prior, cell `{setup}-A-oracle`): "
+             f"{', '.join(f'{c} {p:g}' for c, p in oracle.items())}. Intact corpora: {', '.join(intact)}. Δ is the "
+             f"paired difference from {baseline} of the same seed in the macro BLEU over the intact corpora, with the "
+             "smallest Δ a two-sided paired t-test over the seeds detects (α = 0.05); p is the mix at the end of "
+             f"training (mean over seeds), TV its total variation distance from the oracle.", "",
+             f"| strategy | seeds | BLEU, all | BLEU, intact | chrF, all | chrF, intact | Δ intact BLEU | smallest "
+             f"detectable | verdict | p {broken} | TV to oracle |", "|---" * 11 + "|"]
+    base = {r.seed: macro(r, intact, "bleu") for r in runs if r.strategy == baseline}
+    best, best_score = None, None
+    for strategy in strategies:
+        mine = sorted((r for r in runs if r.strategy == strategy), key=lambda r: r.seed)
+        scores = [macro(r, intact, "bleu") for r in mine]
+        deltas = [score - base[r.seed] for r, score in zip(mine, scores) if r.seed in base]
+        verdict, mean_delta, smallest = _verdict(deltas) if strategy != baseline else ("(baseline)", None, None)
+        mixes = [p for p in map(final_p, mine) if p is not None]
+        share = statistics.mean(p[broken] for p in mixes) if mixes else None
+        tv = statistics.mean(distance(p, oracle) for p in mixes) if mixes else None
+        lines.append(f"| {strategy} | {len(mine)} | {mean_sd([r.results['mean']['bleu'] for r in mine])} | "
+                     f"{mean_sd(scores)} | {mean_sd([r.results['mean']['chrf'] for r in mine])} | "
+                     f"{mean_sd([macro(r, intact, 'chrf') for r in mine])} | {num(mean_delta, '+.2f')} | "
+                     f"{num(smallest)} | {verdict} | {num(share, '.3f')} | {num(tv, '.3f')} |")
+        if scores and (best_score is None or statistics.mean(scores) > best_score):
+            best, best_score = strategy, statistics.mean(scores)
+    if best is not None:
+        lines += ["", f"Highest mean BLEU over the intact corpora: {best} ({best_score:.2f})."]
+    return lines + [""]
+
+
+def _verdict(deltas: list[float]) -> tuple[str, float | None, float | None]:
+    """(above / below / not detectable, mean Δ, smallest detectable Δ) of paired differences over seeds."""
+    if len(deltas) < 2:
+        return f"{len(deltas)} paired seed(s)", statistics.mean(deltas) if deltas else None, None
+    mean, smallest = statistics.mean(deltas), detectable(statistics.stdev(deltas), len(deltas))
+    if smallest is None:
+        return "–", mean, None
+    return ("above" if mean > smallest else "below" if mean < -smallest else "not detectable"), mean, smallest
