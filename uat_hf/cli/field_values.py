@@ -15,7 +15,7 @@ from typing import Any
 
 from ..data.corpus_specs import CorpusSpec
 from ..data.language_codes import CODE_SCHEMES
-from ..utils.names import check_unique_names
+from ..utils.names import check_corpus_name, check_unique_names
 
 #: The keys a corpus mapping may have: the fields of :class:`~uat_hf.data.corpus_specs.CorpusSpec`.
 SPEC_FIELDS = {f.name for f in fields(CorpusSpec)}
@@ -52,6 +52,7 @@ def as_corpus_specs(value: Any, name: str) -> list[dict] | None:
         missing = [key for key in ("name", "source_lang", "target_lang") if not item.get(key)]
         if missing:
             raise ValueError(f"{name}[{i}] ({item.get('name', '?')}): missing required field(s) {missing}.")
+        check_corpus_name(item["name"], f"{name}[{i}] name")
         result.append(dict(item))
     check_unique_names((item["name"] for item in result),
                        "{field}: corpus names must be unique; repeated: {repeated}.", field=name)

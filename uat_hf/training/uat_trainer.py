@@ -47,6 +47,7 @@ from ..utils.checkpoints import (
     resolve_resume_checkpoint,
 )
 from ..utils.columns import IGNORE_INDEX, REFERENCE_COLUMN
+from ..utils.names import check_corpus_name
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
 from .throughput import TrainedCount
 from .uat_config import UATConfig
@@ -126,6 +127,7 @@ class UATTrainer(Seq2SeqTrainer):
         named = (("training", self.train_corpora), ("dev", self.dev_corpora), ("evaluation", self.eval_corpora))
         for kind, corpora in named:
             for name, dataset in corpora.items():
+                check_corpus_name(name, f"UATTrainer {kind} corpora")
                 if len(dataset) == 0:
                     raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
         if train_corpora is not None:

@@ -1,0 +1,69 @@
+"""Issue 34, "Nothing lost, nothing silent": inputs that used to escape ``output_dir``, train on NaN, stop early
+without saying so, or take the last of two values -- each refused before training with one clear line, or
+reported where the results are read.
+
+Everything is real: the bundled corpora, tokenizers trained here, tiny models.
+"""
+
+from __future__ import annotations
+
+
+import pytest
+from test_cli_inputs import RUN, SPEC, error_of, run_cli
+
+from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory
+from uat_hf.evaluation.saved_runs import write_hypotheses
+from uat_hf.utils.names import check_corpus_name
+
+ESCAPING = "../../escaped_by_name"
+
+# --- 1. corpus names are safe file names -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [ESCAPING, "..", ".", "a/b", "a\\b", "", "news corpus", None])
+def test_an_unsafe_corpus_name_is_refused_naming_where_and_the_value(name):
+    with pytest.raises(ValueError, match="corpus_specs\\[0\\] name: corpus name .* is not a safe file name"):
+        check_corpus_name(name, "corpus_specs[0] name")
+
+
+@pytest.mark.parametrize("name", ["news", "de", "it-parl_2.v1", "ökonomie"])
+def test_safe_corpus_names_pass(name):
+    assert check_corpus_name(name) == name
+
+
+def test_write_hypotheses_never_writes_outside_its_folder(tmp_path):
+    folder = tmp_path / "run" / "hypotheses"
+    with pytest.raises(ValueError, match="escaped_by_name"):
+        write_hypotheses(folder, ESCAPING, ["a"])
+    assert not list(tmp_path.rglob("*escaped_by_name*"))
+
+
+def test_a_corpus_spec_named_with_a_path_is_one_error_line_before_anything_is_written(tmp_path, capsys):
+    train = tmp_path / "news.tsv"
+    train.write_text("a house\tein Haus\n" * 20, encoding="utf-8")
+    code, out, err = run_cli(tmp_path, capsys, corpus_specs=[{**SPEC, "name": ESCAPING, "train": str(train),
+                                                             "test": str(train)}])
+    assert error_of(code, err) == (
+        f"corpus_specs[0] name: corpus name {ESCAPING!r} is not a safe file name; corpus names become file names "
+        "(e.g. hypotheses/<name>.txt), so use only letters, digits, '.', '_' and '-' (no path separators, not '.' "
+        "or '..')."
+    )
+    assert not (tmp_path / "out").exists()
+    assert not list(tmp_path.parent.rglob("escaped_by_name*"))
+
+
+def test_a_corpus_dir_file_name_that_is_not_a_safe_name_is_refused_naming_the_file(tmp_path):
+    source = BUNDLED_DIR / "multilingual-ddtp" / "de.train.jsonl.gz"
+    (tmp_path / "de news.train.jsonl.gz").write_bytes(source.read_bytes())
+    with pytest.raises(ValueError, match=r"corpus_dir '.*', file 'de news.train.jsonl.gz': corpus name 'de news'"):
+        corpus_specs_from_directory(tmp_path, "en", "de")
+
+
+def test_uat_trainer_refuses_a_corpus_key_that_is_a_path(tmp_path, corpora, tokenizer, tiny_model):
+    from uat_hf.training.uat_config import UATConfig
+    from uat_hf.training.uat_trainer import UATTrainer
+
+    args = UATConfig(output_dir=str(tmp_path / "out"), max_steps=1, report_to="none", use_cpu=True)
+    train = {ESCAPING: corpora["train"]["bible"], "software": corpora["train"]["software"]}
+    with pytest.raises(ValueError, match="UATTrainer training corpora: corpus name '../../escaped_by_name'"):
+        UATTrainer(tiny_model, args, train_corpora=train, processing_class=tokenizer)
