@@ -8,6 +8,8 @@ Everything is real: the bundled corpora, tokenizers trained here, tiny models.
 from __future__ import annotations
 
 
+import re
+
 import pytest
 from test_cli_inputs import RUN, SPEC, error_of, run_cli
 
@@ -67,3 +69,45 @@ def test_uat_trainer_refuses_a_corpus_key_that_is_a_path(tmp_path, corpora, toke
     train = {ESCAPING: corpora["train"]["bible"], "software": corpora["train"]["software"]}
     with pytest.raises(ValueError, match="UATTrainer training corpora: corpus name '../../escaped_by_name'"):
         UATTrainer(tiny_model, args, train_corpora=train, processing_class=tokenizer)
+
+
+# --- 2. a non-finite loss stops training -------------------------------------------------------------------
+
+
+def test_a_nan_loss_stops_uat_train_naming_the_step_and_saves_no_model(tmp_path, capsys):
+    code, out, err = run_cli(tmp_path, capsys, ["--learning_rate", "1e30", "--max_grad_norm", "0", "--max_steps",
+                                                "30", "--logging_steps", "1"])
+    assert code == 1, err[-2000:]
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("uat-train: error: ")]
+    assert len(lines) == 1, err[-2000:]
+    assert re.fullmatch(r"uat-train: error: Training stopped at step \d+ of 30: the (training loss|gradient norm) "
+                        r"is (nan|inf|-inf) \(learning_rate 1e\+30, max_grad_norm 0\); .* allow_nonfinite_loss=True "
+                        r"trains on regardless\.", lines[0]), lines[0]
+    out_dir = tmp_path / "out"
+    assert not (out_dir / "model.safetensors").exists()
+    assert not (out_dir / "eval_results.json").exists()
+
+
+def test_allow_nonfinite_loss_trains_on(tmp_path, capsys):
+    code, out, err = run_cli(tmp_path, capsys, ["--learning_rate", "1e30", "--max_grad_norm", "0", "--max_steps",
+                                                "4", "--allow_nonfinite_loss"])
+    assert code == 0, err[-2000:]
+    assert (tmp_path / "out" / "eval_results.json").exists()
+
+
+def test_a_nan_loss_stops_uat_trainer_before_the_update(tmp_path, corpora, tokenizer, tiny_model):
+    from uat_hf.training.nonfinite import NonFiniteLossError
+    from uat_hf.training.uat_config import UATConfig
+    from uat_hf.training.uat_trainer import UATTrainer
+
+    args = UATConfig(output_dir=str(tmp_path / "out"), max_steps=20, learning_rate=1e30, max_grad_norm=0,
+                     per_device_train_batch_size=4, report_to="none", use_cpu=True, save_strategy="steps",
+                     save_steps=1, disable_tqdm=True)
+    trainer = UATTrainer(tiny_model, args, train_corpora={n: corpora["train"][n] for n in ("bible", "software")},
+                         processing_class=tokenizer)
+    with pytest.raises(NonFiniteLossError, match=r"Training stopped at step (\d+) of 20") as raised:
+        trainer.train()
+    step = int(re.search(r"step (\d+)", str(raised.value)).group(1))
+    assert trainer.state.global_step == step - 1  # the non-finite step's update was never applied
+    assert not (tmp_path / "out" / f"checkpoint-{step}").exists()

@@ -253,6 +253,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         trainer.save_model()
         trainer.save_state()
     except Exception as error:
+        if isinstance(error, FloatingPointError):  # NonFiniteLossError: nothing was being saved
+            raise
         disk_full = _disk_full(trainer, error)
         if disk_full is None:
             raise
@@ -319,7 +321,7 @@ def _scores(metrics: dict[str, float], name: str) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``uat-train``; returns 0 on success, 2 for bad input (reported before training), 1 when
-    the disk filled up during training."""
+    the disk filled up during training or the loss stopped being finite (no final model is saved then)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         training_args, data_args, model_args, run_args, recipe = parse_arguments(argv)
@@ -334,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         train_and_evaluate(trainer, data_args, recipe, eval_corpora, ood, start=start)
-    except DiskFullError as error:
+    except (DiskFullError, FloatingPointError) as error:  # FloatingPointError: NonFiniteLossError
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -49,6 +49,7 @@ from ..utils.checkpoints import (
 from ..utils.columns import IGNORE_INDEX, REFERENCE_COLUMN
 from ..utils.names import check_corpus_name
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
+from .nonfinite import watch_nonfinite_loss
 from .throughput import TrainedCount
 from .uat_config import UATConfig
 
@@ -153,6 +154,7 @@ class UATTrainer(Seq2SeqTrainer):
         self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora) if train_corpora is not None
                           else None)
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
+        watch_nonfinite_loss(self)
         self._read_generation_codes()
 
     #: Tells :func:`~uat_hf.training.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
