@@ -8,6 +8,7 @@ Everything is real: the bundled corpora, tokenizers trained here, tiny models.
 from __future__ import annotations
 
 
+import json
 import re
 
 import pytest
@@ -111,3 +112,27 @@ def test_a_nan_loss_stops_uat_trainer_before_the_update(tmp_path, corpora, token
     step = int(re.search(r"step (\d+)", str(raised.value)).group(1))
     assert trainer.state.global_step == step - 1  # the non-finite step's update was never applied
     assert not (tmp_path / "out" / f"checkpoint-{step}").exists()
+
+
+# --- 3. a run stopped by its time budget says so -----------------------------------------------------------
+
+
+def test_a_run_stopped_by_its_time_budget_says_so_in_the_table_results_and_model_card(tmp_path, capsys):
+    code, out, err = run_cli(tmp_path, capsys, ["--max_train_minutes", "1e-9", "--max_steps", "4"])
+    assert code == 0, err[-2000:]
+    note = ("STOPPED EARLY: the time budget (max_train_minutes 1e-09) ended training after 1 of 4 steps, so these "
+            "scores are of a shorter run than the recipe's, not comparable with a full run's (the README's numbers "
+            "for recipes/demo.yaml are of a full run).")
+    assert f"test results (per corpus) -- {note}" in out
+    results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert (results["stopped_early"], results["steps_done"], results["steps_planned"]) == (True, 1, 4)
+    assert f"**{note}**" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_a_run_within_its_time_budget_reports_it_finished(tmp_path, capsys):
+    code, out, err = run_cli(tmp_path, capsys, ["--max_train_minutes", "30", "--max_steps", "2"])
+    assert code == 0, err[-2000:]
+    assert "test results (per corpus):" in out and "STOPPED EARLY" not in out
+    results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert (results["stopped_early"], results["steps_done"], results["steps_planned"]) == (False, 2, 2)
+    assert "STOPPED EARLY" not in (tmp_path / "out" / "README.md").read_text()

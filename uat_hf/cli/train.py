@@ -236,6 +236,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
     from ..evaluation.metrics import format_table, macro_average
     from ..evaluation.saved_runs import write_hypotheses
+    from .model_card import stopped_early_note
+    from .time_budget import budget_report
 
     start = time.monotonic() if start is None else start
     training_args = trainer.args
@@ -277,10 +279,13 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         for label, group in (("in_domain", in_domain), ("out_of_domain", out_of_domain)):
             metrics[f"eval_{label}_mean_bleu"] = macro_average(group, "bleu")
             metrics[f"eval_{label}_mean_chrf"] = macro_average(group, "chrf")
+    metrics.update(budget_report(trainer) if finished is None else {})
     trainer.save_metrics("eval", metrics)
 
     if trainer.is_world_process_zero():
-        print(f"\n{data_args.eval_split} results ({'in-domain' if out_of_domain else 'per corpus'}):")
+        note = stopped_early_note(metrics)
+        print(f"\n{data_args.eval_split} results ({'in-domain' if out_of_domain else 'per corpus'})"
+              + (f" -- {note}" if note else ":"))
         print(format_table(in_domain or out_of_domain))
         if in_domain and out_of_domain:
             print(f"\n{data_args.eval_split} results (out-of-domain):")
