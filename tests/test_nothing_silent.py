@@ -136,3 +136,47 @@ def test_a_run_within_its_time_budget_reports_it_finished(tmp_path, capsys):
     results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
     assert (results["stopped_early"], results["steps_done"], results["steps_planned"]) == (False, 2, 2)
     assert "STOPPED EARLY" not in (tmp_path / "out" / "README.md").read_text()
+
+
+# --- 4. recipes: a key given twice, an unknown corpus, a list for one folder ----------------------------------
+
+
+def test_a_key_given_twice_in_a_recipe_is_refused_naming_the_key_and_the_file(tmp_path, capsys):
+    from uat_hf.cli import train as cli
+
+    recipe = tmp_path / "twice.yaml"
+    text = "".join(f"{key}: {json.dumps(value)}\n" for key, value in RUN.items())
+    recipe.write_text(text + f"output_dir: {json.dumps(str(tmp_path / 'out'))}\nlearning_rate: 1.0e-4\n",
+                      encoding="utf-8")
+    code = cli.main(["--config", str(recipe)])
+    lines = list(RUN).index("learning_rate") + 1, len(RUN) + 2
+    assert error_of(code, capsys.readouterr().err) == (
+        f"{recipe}: key 'learning_rate' is given twice (lines {lines[0]} and {lines[1]}); YAML would silently keep "
+        "the last value. Keep one of them."
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_key_given_twice_inside_a_corpus_spec_is_refused_too():
+    from uat_hf.cli.recipe import Recipe
+
+    with pytest.raises(ValueError, match=r"r.yaml: key 'train' is given twice \(lines 2 and 3\)"):
+        Recipe.from_yaml("corpus_specs:\n- {name: a, train: x.tsv,\n   train: y.tsv}\n", source="r.yaml")
+    merged = Recipe.from_yaml("base: &b {seed: 1}\nrun:\n  <<: *b\n  seed: 2\n")  # an override of a merge is YAML's
+    assert merged["run"] == {"seed": 2}
+
+
+def test_corpus_dir_given_as_a_list_is_one_error_line(tmp_path, capsys):
+    code, out, err = run_cli(tmp_path, capsys, corpus_dir=["bundled:multilingual-ddtp", "bundled:multidomain-en-de"])
+    assert error_of(code, err) == (
+        "corpus_dir must be a single string, got list ['bundled:multilingual-ddtp', 'bundled:multidomain-en-de']. "
+        "For several corpus folders, list each corpus in corpus_specs (name, source_lang, target_lang and its "
+        "train/dev/test files) instead."
+    )
+
+
+def test_corpus_probabilities_naming_an_unknown_corpus_names_it_and_the_known_ones(tmp_path, capsys):
+    code, out, err = run_cli(tmp_path, capsys, ["--strategy", "fixed", "--corpus_probabilities",
+                                                '{"de": 0.5, "frr": 0.5}'])
+    assert error_of(code, err) == ("corpus_probabilities names corpus 'frr', which is not a training corpus "
+                                   "(training corpora: ['de', 'fr']).")

@@ -364,6 +364,9 @@ CASES: list[Case] = [
     Case("probs-extra-corpus", "`corpus_probabilities` naming `\"medical\"`, not a training corpus", "UATTrainer",
          "corpus_probabilities names corpus 'medical', which is not a training corpus",
          lambda e: trainer(e, strategy="fixed", corpus_probabilities={"news": 0.5, "law": 0.25, "medical": 0.25})),
+    Case("probs-misspelt-corpus", "`corpus_probabilities={\"news\": 0.5, \"lw\": 0.5}` for corpora news, law (a typo)",
+         "UATTrainer", "corpus_probabilities names corpus 'lw', which is not a training corpus (training corpora: "
+         "['news', 'law'])", lambda e: trainer(e, strategy="fixed", corpus_probabilities={"news": 0.5, "lw": 0.5})),
     # --- corpora given to the trainer ---
     Case("empty-train", "an empty training corpus", "UATTrainer", "The training corpus 'law' is empty",
          lambda e: trainer(e, train=with_empty(e.train, "law"))),
@@ -670,7 +673,8 @@ def test_hand_given_probabilities_are_checked_once_at_the_boundary(env: Env, mon
     monkeypatch.setattr(uat_config, "check_corpus_probabilities", lambda *a, **k: checks.append(a) or check(*a, **k))
     t = trainer(env, strategy="fixed", corpus_probabilities={"law": 0.25, "news": 0.75})
     assert t.corpus_distribution.as_dict() == {"news": 0.75, "law": 0.25} and len(checks) == 1
-    with pytest.raises(ValueError, match="has no probability for training corpus 'news'"):
+    # The unknown name is reported (a typo, usually), not the training corpus it leaves without a probability.
+    with pytest.raises(ValueError, match="names corpus 'other', which is not a training corpus"):
         trainer(env, strategy="fixed", corpus_probabilities={"law": 0.25, "other": 0.75})
 
 

@@ -59,6 +59,17 @@ def as_corpus_specs(value: Any, name: str) -> list[dict] | None:
     return result
 
 
+def check_string_fields(arguments: Any, names: tuple[str, ...]) -> None:
+    """Refuse a list or mapping given to one of the single-string fields ``names`` of ``arguments``, e.g.
+    ``corpus_dir: [a, b]`` in a recipe, which would otherwise fail deep inside as a ``TypeError`` traceback."""
+    for name in names:
+        value = getattr(arguments, name)
+        if isinstance(value, (list, tuple, dict)):
+            hint = (" For several corpus folders, list each corpus in corpus_specs (name, source_lang, target_lang "
+                    "and its train/dev/test files) instead." if name == "corpus_dir" else "")
+            raise ValueError(f"{name} must be a single string, got {type(value).__name__} {value!r}.{hint}")
+
+
 def as_mapping(value: Any, name: str) -> dict | None:
     """A YAML mapping, or the same as a JSON string (command line), → dict (``None`` when unset)."""
     if isinstance(value, str):

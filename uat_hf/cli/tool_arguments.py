@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from .arguments import DataArguments
-from .field_values import check_positive
+from .field_values import check_positive, check_string_fields
 from .parsing import UATParser
 
 __all__ = [
@@ -105,6 +105,8 @@ class EvaluateArguments:
             SIGNIFICANCE_TESTS,  # not at import time: it imports torch (uat-plot shares this)
         )
 
+        check_string_fields(self, ("ood_corpus_dir", "model_name_or_path", "tokenizer_name_or_path", "output_dir",
+                                   "hypotheses_dir", "compare"))
         for name in ("ood_corpus_dir", "tokenizer_name_or_path"):
             value = getattr(self, name)
             if isinstance(value, str) and value.strip().lower() in ("", "none", "null"):

@@ -59,8 +59,9 @@ def check_exact_names(given: Iterable[Any], expected: Sequence[Any], *, missing:
                       **fields: Any) -> None:
     """Raise ``ValueError`` unless ``given`` names exactly the names ``expected`` (in any order).
 
-    A name of ``expected`` absent from ``given`` is reported with the ``missing`` template, else a name of
-    ``given`` absent from ``expected`` with ``extra`` (default: ``missing``). Both are ``str.format``
+    A name of ``given`` absent from ``expected`` is reported first, with the ``extra`` template (default:
+    ``missing``) -- an unknown name is usually a misspelt one, the cause of the name that is then missing --
+    else a name of ``expected`` absent from ``given`` with ``missing``. Both are ``str.format``
     templates with ``{name}`` (the first name at fault), ``{missing}`` and ``{extra}`` (all of each kind, in
     the order of ``expected`` and of ``given``), ``{expected}`` and ``{given}`` (as lists), plus ``fields``.
     """
@@ -68,7 +69,7 @@ def check_exact_names(given: Iterable[Any], expected: Sequence[Any], *, missing:
     absent = [name for name in expected if name not in given]
     unknown = [name for name in given if name not in expected]
     values = {"missing": absent, "extra": unknown, "expected": expected, "given": given, **fields}
-    if absent:
-        raise ValueError(missing.format(name=absent[0], **values))
     if unknown:
         raise ValueError((extra or missing).format(name=unknown[0], **values))
+    if absent:
+        raise ValueError(missing.format(name=absent[0], **values))
