@@ -13,7 +13,7 @@ SHARED_WITH_TRAIN = (
     "corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "language_codes",
     "eval_split", "max_eval_examples", "max_source_length", "generation_num_beams", "generation_max_length",
     "per_device_eval_batch_size", "bleu_tokenize", "model_name_or_path", "tokenizer_name_or_path", "output_dir",
-    "seed", "use_cpu",
+    "seed", "use_cpu", "torch_num_threads",
 )
 #: uat-evaluate's concepts that uat-train has not (a new flag must be put in one list or the other).
 EVALUATE_ONLY = (

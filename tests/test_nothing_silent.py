@@ -180,3 +180,78 @@ def test_corpus_probabilities_naming_an_unknown_corpus_names_it_and_the_known_on
                                                 '{"de": 0.5, "frr": 0.5}'])
     assert error_of(code, err) == ("corpus_probabilities names corpus 'frr', which is not a training corpus "
                                    "(training corpora: ['de', 'fr']).")
+
+
+# --- 5. uat-evaluate reads the run it evaluates -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A finished 2-step uat-train run (max_eval_examples 2): model, recipe.yaml and hypotheses/."""
+    from test_cli_inputs import write_recipe
+
+    from uat_hf.cli import train as cli
+
+    folder = tmp_path_factory.mktemp("run")
+    out = folder / "out"
+    assert cli.main(["--config", str(write_recipe(folder, {**RUN, "output_dir": str(out)}))]) == 0
+    return out
+
+
+def test_uat_evaluate_run_reads_the_runs_recipe_by_itself(run_dir, tmp_path):
+    from uat_hf.cli import evaluate
+
+    evaluate.main([str(run_dir), "--max_eval_examples", "2", "--output_dir", str(tmp_path / "eval"),
+                   "--torch_num_threads", "1"])
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    saved = json.loads((run_dir / "eval_results.json").read_text())
+    assert set(results["scores"]) == {"de", "fr"}
+    for name, scores in results["scores"].items():  # the run's test sets, tags and generation settings
+        assert scores["bleu"] == pytest.approx(saved[f"eval_{name}_bleu"]), name
+
+
+def test_uat_evaluate_compare_takes_max_eval_examples_from_the_recipe_and_prints_delta_and_mean(
+        run_dir, tmp_path, capsys):
+    from uat_hf.cli import evaluate
+
+    for argv in ([str(run_dir)], [str(run_dir), "--config", str(run_dir)]):  # the study's spelling too
+        evaluate.main([*argv, "--output_dir", str(tmp_path / "eval"), "--compare", str(run_dir / "hypotheses")])
+        results = json.loads((tmp_path / "eval" / "results.json").read_text())
+        assert results["sentences"] == {"de": 2, "fr": 2}  # the recipe's max_eval_examples, as the baseline's
+        significance = results["significance"]
+        assert significance["corpora"]["de"]["bleu"]["delta"] == 0.0
+        assert significance["mean"]["bleu"]["delta"] == 0.0
+        table = capsys.readouterr().out.split("paired bootstrap test against", 1)[1].splitlines()
+        assert table[1].split() == ["corpus", "BLEU", "base", "Δ", "p", "chrF", "base", "Δ", "p"]
+        assert table[-1].split()[0] == "mean" and table[-1].split()[3] == "+0.00"
+
+
+# --- 6. no warnings for what is not wrong -------------------------------------------------------------------
+
+
+def test_a_causal_model_translates_without_the_max_length_warning_and_no_pin_memory_warning(tmp_path, tokenizer,
+                                                                                            capfd):
+    import warnings
+
+    from test_causal import causal_model
+
+    from conftest import multidomain_specs
+    from uat_hf.data.causal_data import CausalPrompt
+    from uat_hf.data.corpora import load_corpora
+    from uat_hf.training.uat_config import UATConfig
+    from uat_hf.training.uat_trainer import UATTrainer
+
+    data = load_corpora(multidomain_specs(20), tokenizer, splits=("dev",), prompt=CausalPrompt(),
+                        max_source_length=24, max_target_length=24)["dev"]
+    dev = {name: data[name].select(range(4)) for name in ("bible", "software")}
+    model = causal_model(tokenizer)
+    args = UATConfig(output_dir=str(tmp_path / "out"), report_to=[], disable_tqdm=True, generation_max_length=6,
+                     generation_num_beams=1, per_device_eval_batch_size=2)  # no use_cpu: pin_memory as a user gets it
+    trainer = UATTrainer(model, args, eval_corpora=dev, processing_class=tokenizer)
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.translate(metric_key_prefix="eval")
+    assert "Both `max_new_tokens`" not in capfd.readouterr().err
+    assert model.generation_config.max_length is None
+    assert not [w for w in caught if "pin_memory" in str(w.message)]

@@ -74,6 +74,11 @@ class EvaluateArguments:
     )
     use_cpu: bool = field(default=False, metadata={"help": "Translate on the CPU even when a GPU is available (as "
                                                     "uat-train); under accelerate launch each process takes a share."})
+    torch_num_threads: int | None = field(
+        default=None,
+        metadata={"help": "CPU threads for PyTorch (torch.set_num_threads), as uat-train's. Default: PyTorch's choice "
+                  "(all cores); on a CPU shared with other jobs, 1 thread is often several times faster."},
+    )
     # scoring and output
     bleu_tokenize: str = field(
         default="13a", metadata={"help": "sacreBLEU tokenizer (13a; 'zh', 'ja-mecab', 'char', ... for CJK targets)."}
@@ -120,7 +125,7 @@ class EvaluateArguments:
             raise ValueError(f"significance_test must be one of {list(SIGNIFICANCE_TESTS)}, got "
                              f"{self.significance_test!r}.")
         check_positive(self, "per_device_eval_batch_size", "generation_num_beams", "generation_max_length",
-                        "max_new_tokens", "seed")
+                        "max_new_tokens", "seed", "torch_num_threads")
         if self.significance_samples < 0:
             raise ValueError("significance_samples must be >= 0 (0: sacrebleu's default), "
                              f"got {self.significance_samples!r}.")

@@ -327,8 +327,12 @@ class UATTrainer(Seq2SeqTrainer):
         # and then asks the model for a loss it cannot compute: translate such rows without a loss.
         if "labels" in inputs and inputs["labels"] is None:
             inputs = {key: value for key, value in inputs.items() if key != "labels"}
+        config = getattr(self.model, "generation_config", None)
+        max_length = getattr(config, "max_length", None)
         loss, generated, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys,
                                                           **gen_kwargs)
+        if config is not None:  # Seq2SeqTrainer writes the default max_length (20) into it: with max_new_tokens
+            config.max_length = max_length  # (a causal model's length) every later batch would warn both are set
         if generated is not None and is_causal_lm(self.model):  # a decoder-only model returns prompt + answer
             generated = continuation(generated, inputs["input_ids"].shape[1])
         return loss, generated, labels
