@@ -87,7 +87,7 @@ def test_one_command_line_means_the_same_to_uat_train_and_uat_evaluate(tmp_path)
         "--max_eval_examples", "5", "--max_source_length", "64", "--generation_num_beams", "2",
         "--generation_max_length", "20", "--per_device_eval_batch_size", "4", "--bleu_tokenize", "char",
         "--model_name_or_path", str(model), "--tokenizer_name_or_path", str(model),
-        "--output_dir", str(tmp_path / "out"), "--seed", "7", "--use_cpu", "true",
+        "--output_dir", str(tmp_path / "out"), "--seed", "7", "--use_cpu", "true", "--torch_num_threads", "1",
     ]
     data, evaluate = parse_evaluate(argv)
     expected = {
@@ -97,6 +97,7 @@ def test_one_command_line_means_the_same_to_uat_train_and_uat_evaluate(tmp_path)
         "max_eval_examples": 5, "max_source_length": 64, "generation_num_beams": 2, "generation_max_length": 20,
         "per_device_eval_batch_size": 4, "bleu_tokenize": "char", "model_name_or_path": str(model),
         "tokenizer_name_or_path": str(model), "output_dir": str(tmp_path / "out"), "seed": 7, "use_cpu": True,
+        "torch_num_threads": 1,
     }
     assert set(expected) == set(SHARED_WITH_TRAIN)
     assert {name: getattr(evaluate if hasattr(evaluate, name) else data, name) for name in expected} == expected

@@ -7,7 +7,6 @@ Everything is real: the bundled corpora, tokenizers trained here, tiny models.
 
 from __future__ import annotations
 
-
 import json
 import re
 

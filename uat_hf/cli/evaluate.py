@@ -7,7 +7,8 @@ out-of-domain, compared with a baseline evaluated the same way before)::
         --corpora software descriptions bible --ood_corpora dictionary \\
         --output_dir runs/multiuat/eval --compare runs/proportional/eval/hypotheses
 
-    uat-evaluate runs/multiuat --config runs/multiuat --output_dir runs/multiuat/eval   # the run's own test sets
+    uat-evaluate runs/multiuat --output_dir runs/multiuat/eval   # the run's own test sets (its recipe.yaml)
+    uat-evaluate runs/multiuat --config runs/multiuat --output_dir runs/multiuat/eval   # the same, spelt out
 
 Flags are ``uat-train``'s field names (:mod:`uat_hf.cli.tool_arguments`); ``--field-name`` spellings of the
 same names work too. Renamed from the argparse version (a clean break, the old flags are errors now):
@@ -16,7 +17,8 @@ same names work too. Renamed from the argparse version (a clean break, the old f
 ``--tokenizer`` → ``--tokenizer_name_or_path``, ``--output FILE`` → ``--output_dir DIR`` (results.json in it).
 
 ``OUTPUT_DIR/results.json`` holds the scores per corpus, their unweighted mean, the sacreBLEU signatures, the
-generation settings and (with ``--compare``) a p-value per corpus and metric.
+generation settings and (with ``--compare``) per corpus and metric the difference Δ to the baseline and its
+p-value, and the mean Δ over the corpora.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def _run_recipe(argv: Sequence[str]) -> str | None:
         model = argv[index] if index < len(argv) else None
     if model is None or not os.path.isfile(os.path.join(model, RECIPE_FILE)):
         return None
-    logging.getLogger(__name__).info("Reading the test sets and generation settings of %s", 
+    logging.getLogger(__name__).info("Reading the test sets and generation settings of %s",
                                      os.path.join(model, RECIPE_FILE))
     return model
 
@@ -245,7 +247,8 @@ def _significance_table(significance: dict[str, Any]) -> str:
                  f"{'*' if m['significant'] else ' '}" for m in (metrics["bleu"], metrics["chrf"])]
         lines.append(f"{name:<{width}}  {cells[0]}  {cells[1]}")
     mean = significance["mean"]
-    cells = [f"{m['system']:6.2f} {m['baseline']:6.2f} {m['delta']:+6.2f} {'':>7}" for m in (mean["bleu"], mean["chrf"])]
+    cells = [f"{m['system']:6.2f} {m['baseline']:6.2f} {m['delta']:+6.2f} {'':>7}"
+             for m in (mean["bleu"], mean["chrf"])]
     lines.append(f"{'mean':<{width}}  {cells[0]}  {cells[1]}")
     return "\n".join(lines)
 

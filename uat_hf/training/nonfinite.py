@@ -33,8 +33,9 @@ def _message(what: str, value: float, step: int, args: Any) -> str:
     return (
         f"Training stopped at step {step} of {args.max_steps if args.max_steps > 0 else '?'}: the {what} is {value} "
         f"(learning_rate {args.learning_rate:g}, max_grad_norm {args.max_grad_norm:g}); training on would only "
-        "give non-finite weights, so no final model was saved. Lower learning_rate, or clip gradients with max_grad_norm > 0, and "
-        "train again (or resume from an earlier checkpoint); allow_nonfinite_loss=True trains on regardless."
+        "give non-finite weights, so no final model was saved. Lower learning_rate, or clip gradients with "
+        "max_grad_norm > 0, and train again (or resume from an earlier checkpoint); allow_nonfinite_loss=True trains "
+        "on regardless."
     )
 
 
