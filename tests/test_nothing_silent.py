@@ -254,3 +254,17 @@ def test_a_causal_model_translates_without_the_max_length_warning_and_no_pin_mem
     assert "Both `max_new_tokens`" not in capfd.readouterr().err
     assert model.generation_config.max_length is None
     assert not [w for w in caught if "pin_memory" in str(w.message)]
+
+
+def test_a_logged_gradient_norm_that_is_not_finite_stops_training_too(tmp_path):
+    from transformers import TrainerControl, TrainerState
+
+    from uat_hf.training.nonfinite import NonFiniteLossCallback, NonFiniteLossError
+    from uat_hf.training.uat_config import UATConfig
+
+    args = UATConfig(output_dir=str(tmp_path), max_steps=10, max_grad_norm=1.0, report_to="none", use_cpu=True)
+    state = TrainerState(global_step=7)
+    callback = NonFiniteLossCallback()
+    callback.on_log(args, state, TrainerControl(), logs={"loss": 2.5, "grad_norm": 1.25})  # finite: nothing
+    with pytest.raises(NonFiniteLossError, match=r"^Training stopped at step 7 of 10: the gradient norm is inf "):
+        callback.on_log(args, state, TrainerControl(), logs={"loss": 2.5, "grad_norm": float("inf")})
