@@ -236,6 +236,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
     from ..evaluation.metrics import format_table, macro_average
     from ..evaluation.saved_runs import write_hypotheses
+    from ..training.nonfinite import NonFiniteLossError
     from .model_card import stopped_early_note
     from .time_budget import budget_report
 
@@ -255,7 +256,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         trainer.save_model()
         trainer.save_state()
     except Exception as error:
-        if isinstance(error, FloatingPointError):  # NonFiniteLossError: nothing was being saved
+        if isinstance(error, NonFiniteLossError):  # nothing was being saved
             raise
         disk_full = _disk_full(trainer, error)
         if disk_full is None:
@@ -339,9 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 2
+    from ..training.nonfinite import NonFiniteLossError  # torch is loaded by now
+
     try:
         train_and_evaluate(trainer, data_args, recipe, eval_corpora, ood, start=start)
-    except (DiskFullError, FloatingPointError) as error:  # FloatingPointError: NonFiniteLossError
+    except (DiskFullError, NonFiniteLossError) as error:
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 1
     return 0
