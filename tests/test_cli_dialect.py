@@ -13,7 +13,7 @@ SHARED_WITH_TRAIN = (
     "corpus_dir", "corpora", "direction", "source_lang", "target_lang", "language_tags", "language_codes",
     "eval_split", "max_eval_examples", "max_source_length", "generation_num_beams", "generation_max_length",
     "per_device_eval_batch_size", "bleu_tokenize", "model_name_or_path", "tokenizer_name_or_path", "output_dir",
-    "seed", "use_cpu",
+    "seed", "use_cpu", "torch_num_threads",
 )
 #: uat-evaluate's concepts that uat-train has not (a new flag must be put in one list or the other).
 EVALUATE_ONLY = (
@@ -87,7 +87,7 @@ def test_one_command_line_means_the_same_to_uat_train_and_uat_evaluate(tmp_path)
         "--max_eval_examples", "5", "--max_source_length", "64", "--generation_num_beams", "2",
         "--generation_max_length", "20", "--per_device_eval_batch_size", "4", "--bleu_tokenize", "char",
         "--model_name_or_path", str(model), "--tokenizer_name_or_path", str(model),
-        "--output_dir", str(tmp_path / "out"), "--seed", "7", "--use_cpu", "true",
+        "--output_dir", str(tmp_path / "out"), "--seed", "7", "--use_cpu", "true", "--torch_num_threads", "1",
     ]
     data, evaluate = parse_evaluate(argv)
     expected = {
@@ -97,6 +97,7 @@ def test_one_command_line_means_the_same_to_uat_train_and_uat_evaluate(tmp_path)
         "max_eval_examples": 5, "max_source_length": 64, "generation_num_beams": 2, "generation_max_length": 20,
         "per_device_eval_batch_size": 4, "bleu_tokenize": "char", "model_name_or_path": str(model),
         "tokenizer_name_or_path": str(model), "output_dir": str(tmp_path / "out"), "seed": 7, "use_cpu": True,
+        "torch_num_threads": 1,
     }
     assert set(expected) == set(SHARED_WITH_TRAIN)
     assert {name: getattr(evaluate if hasattr(evaluate, name) else data, name) for name in expected} == expected

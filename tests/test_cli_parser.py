@@ -29,7 +29,8 @@ def run_python(code: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("tool, argv, flag", [("train", ["--help"], "--corpus_dir"),
-                                             ("plot", ["--help"], "--plot_dir")])
+                                             ("plot", ["--help"], "--plot_dir"),
+                                             ("evaluate", ["--help"], "--torch_num_threads")])
 def test_help_imports_neither_torch_nor_the_models(tool, argv, flag):
     code = (f"import sys\nfrom uat_hf.cli.{tool} import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
             "print('HEAVY', sorted(m for m in sys.modules if m == 'torch' or m.startswith('transformers.models')))")

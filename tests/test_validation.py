@@ -364,6 +364,9 @@ CASES: list[Case] = [
     Case("probs-extra-corpus", "`corpus_probabilities` naming `\"medical\"`, not a training corpus", "UATTrainer",
          "corpus_probabilities names corpus 'medical', which is not a training corpus",
          lambda e: trainer(e, strategy="fixed", corpus_probabilities={"news": 0.5, "law": 0.25, "medical": 0.25})),
+    Case("probs-misspelt-corpus", "`corpus_probabilities={\"news\": 0.5, \"lw\": 0.5}` for corpora news, law (a typo)",
+         "UATTrainer", "corpus_probabilities names corpus 'lw', which is not a training corpus (training corpora: "
+         "['news', 'law'])", lambda e: trainer(e, strategy="fixed", corpus_probabilities={"news": 0.5, "lw": 0.5})),
     # --- corpora given to the trainer ---
     Case("empty-train", "an empty training corpus", "UATTrainer", "The training corpus 'law' is empty",
          lambda e: trainer(e, train=with_empty(e.train, "law"))),
@@ -565,6 +568,47 @@ and the type (see `docs/usage.md`):
 | `eval_strategy: no` (unquoted, so a YAML boolean) | `… eval_strategy must be one of ['no', 'steps',\
  'epoch'], got False (bool). …` | same |
 
+## Nothing lost, nothing silent (issue 34)
+
+A corpus name becomes a file name (`hypotheses/<corpus>.txt`), so every name must be a safe file name: letters,
+digits, `.`, `_` and `-`, not `.` or `..` (`uat_hf.utils.names.check_corpus_name`, used wherever names are
+declared: corpus specs, `corpus_dir` file names, the dict keys given to `UATTrainer`, and `write_hypotheses`).
+A recipe may not give a key twice, and a single-string field may not be given a list. Training stops at the
+first non-finite loss or gradient norm (`allow_nonfinite_loss=True` trains on), and a run that its time budget
+(`max_train_minutes`) cut short says so: `eval_results.json` gets `stopped_early: true`, `steps_done` and
+`steps_planned`, and the results table's header and the model card a `STOPPED EARLY` note.
+
+| Bad input | Message | Test |
+|---|---|---|
+| `corpus_specs: [{name: ../../escaped_by_name, ...}]` | `uat-train: error: corpus_specs[0] name: corpus name \
+'../../escaped_by_name' is not a safe file name; corpus names become file names (e.g. hypotheses/<name>.txt), \
+so use only letters, digits, '.', '_' and '-' (no path separators, not '.' or '..').` | \
+`test_nothing_silent.py::test_a_corpus_spec_named_with_a_path_is_one_error_line_before_anything_is_written` |
+| a `corpus_dir` file `de news.train.jsonl.gz` | `corpus_dir '…', file 'de news.train.jsonl.gz': corpus name \
+'de news' is not a safe file name; …` | \
+`test_nothing_silent.py::test_a_corpus_dir_file_name_that_is_not_a_safe_name_is_refused_naming_the_file` |
+| `UATTrainer(train_corpora={"../../escaped_by_name": ds, ...})` | `UATTrainer training corpora: corpus name \
+'../../escaped_by_name' is not a safe file name; …` (`CorpusSpec(name=...)`: `CorpusSpec name: …`; \
+`write_hypotheses`: `hypotheses: …`) | \
+`test_nothing_silent.py::test_uat_trainer_refuses_a_corpus_key_that_is_a_path` |
+| `--learning_rate 1e30 --max_grad_norm 0 --max_steps 30` (the loss turns nan) | `uat-train: error: Training \
+stopped at step 2 of 30: the training loss is nan (learning_rate 1e+30, max_grad_norm 0); training on would \
+only give non-finite weights, so no final model was saved. Lower learning_rate, or clip gradients with \
+max_grad_norm > 0, and train again (or resume from an earlier checkpoint); allow_nonfinite_loss=True trains on \
+regardless.` (exit code 1; `UATTrainer.train` raises `NonFiniteLossError` before that step's update and \
+checkpoint) | `test_nothing_silent.py::test_a_nan_loss_stops_uat_train_naming_the_step_and_saves_no_model` |
+| `learning_rate` twice in one recipe | `uat-train: error: r.yaml: key 'learning_rate' is given twice (lines \
+14 and 25); YAML would silently keep the last value. Keep one of them.` (at any depth, e.g. inside a corpus \
+spec) | `test_nothing_silent.py::test_a_key_given_twice_in_a_recipe_is_refused_naming_the_key_and_the_file` |
+| `corpus_dir: [a, b]` | `uat-train: error: corpus_dir must be a single string, got list ['a', 'b']. For \
+several corpus folders, list each corpus in corpus_specs (name, source_lang, target_lang and its \
+train/dev/test files) instead.` | `test_nothing_silent.py::test_corpus_dir_given_as_a_list_is_one_error_line` \
+|
+| `corpus_probabilities` naming `frr`, corpora `de`, `fr` | `uat-train: error: corpus_probabilities names \
+corpus 'frr', which is not a training corpus (training corpora: ['de', 'fr']).` (an unknown name is reported \
+before the corpus it leaves without a probability) | \
+`test_nothing_silent.py::test_corpus_probabilities_naming_an_unknown_corpus_names_it_and_the_known_ones` |
+
 ## Safe loading
 
 `tests/test_validation.py::test_package_loads_nothing_unsafely` scans the package source and fails on any of:
@@ -670,7 +714,8 @@ def test_hand_given_probabilities_are_checked_once_at_the_boundary(env: Env, mon
     monkeypatch.setattr(uat_config, "check_corpus_probabilities", lambda *a, **k: checks.append(a) or check(*a, **k))
     t = trainer(env, strategy="fixed", corpus_probabilities={"law": 0.25, "news": 0.75})
     assert t.corpus_distribution.as_dict() == {"news": 0.75, "law": 0.25} and len(checks) == 1
-    with pytest.raises(ValueError, match="has no probability for training corpus 'news'"):
+    # The unknown name is reported (a typo, usually), not the training corpus it leaves without a probability.
+    with pytest.raises(ValueError, match="names corpus 'other', which is not a training corpus"):
         trainer(env, strategy="fixed", corpus_probabilities={"law": 0.25, "other": 0.75})
 
 

@@ -23,7 +23,7 @@ from ..data.language_codes import CODE_SCHEMES
 from ..models.causal_models import CAUSAL_PRESETS
 from ..models.presets import MODEL_PRESETS
 from ..utils.hub_errors import is_hub_id
-from .field_values import as_corpus_specs, as_language_codes, as_mapping, check_positive
+from .field_values import as_corpus_specs, as_language_codes, as_mapping, check_positive, check_string_fields
 
 __all__ = [
     "DataArguments",
@@ -170,6 +170,8 @@ class DataArguments:
     )
 
     def __post_init__(self) -> None:
+        check_string_fields(self, ("corpus_dir", "direction", "source_lang", "target_lang", "language_tags",
+                                   "prompt_template", "eval_split", "dataset_cache_dir"))
         for name in ("source_lang", "target_lang", "corpus_dir"):
             if isinstance(getattr(self, name), str) and getattr(self, name).strip().lower() in ("", "none", "null"):
                 setattr(self, name, None)  # lets the command line unset a value the recipe sets
@@ -287,6 +289,7 @@ class ModelArguments:
     )
 
     def __post_init__(self) -> None:
+        check_string_fields(self, ("model_name_or_path", "tokenizer_name_or_path", "tokenizer_model"))
         if not self.model_name_or_path:
             raise ValueError("model_name_or_path is empty; give a preset name, a model directory or a Hub id.")
         name = self.model_name_or_path

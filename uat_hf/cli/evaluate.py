@@ -7,7 +7,8 @@ out-of-domain, compared with a baseline evaluated the same way before)::
         --corpora software descriptions bible --ood_corpora dictionary \\
         --output_dir runs/multiuat/eval --compare runs/proportional/eval/hypotheses
 
-    uat-evaluate runs/multiuat --config runs/multiuat --output_dir runs/multiuat/eval   # the run's own test sets
+    uat-evaluate runs/multiuat --output_dir runs/multiuat/eval   # the run's own test sets (its recipe.yaml)
+    uat-evaluate runs/multiuat --config runs/multiuat --output_dir runs/multiuat/eval   # the same, spelt out
 
 Flags are ``uat-train``'s field names (:mod:`uat_hf.cli.tool_arguments`); ``--field-name`` spellings of the
 same names work too. Renamed from the argparse version (a clean break, the old flags are errors now):
@@ -16,37 +17,31 @@ same names work too. Renamed from the argparse version (a clean break, the old f
 ``--tokenizer`` → ``--tokenizer_name_or_path``, ``--output FILE`` → ``--output_dir DIR`` (results.json in it).
 
 ``OUTPUT_DIR/results.json`` holds the scores per corpus, their unweighted mean, the sacreBLEU signatures, the
-generation settings and (with ``--compare``) a p-value per corpus and metric.
+generation settings and (with ``--compare``) per corpus and metric the difference Δ to the baseline and its
+p-value, and the mean Δ over the corpora.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
-
-from ..data.causal_data import CausalPrompt
-from ..data.corpora import load_corpora
 from ..evaluation.metrics import format_table, macro_average
-from ..evaluation.saved_runs import (
-    eval_set_specs,
-    load_translation_model,
-    paired_significance,
-    read_hypotheses,
-    source_length_limit,
-    write_hypotheses,
-)
-from ..models.causal_model import is_causal_lm
-from ..training.uat_config import UATConfig
-from ..training.uat_trainer import CorpusTranslation, UATTrainer
 from .arguments import DataArguments
+from .parsing import CONFIG_FLAG, exit_on_help
+from .recipe import RECIPE_FILE
 from .tool_arguments import EVALUATE_RECIPE_FIELDS, EvaluateArguments, make_evaluate_parser
-from .train_data import check_tokenizer_codes, evaluation_specs, language_codes_for, tags_for
+
+if TYPE_CHECKING:
+    from ..training.uat_trainer import CorpusTranslation
+
+# datasets, torch, transformers' Trainer and the model code are imported by _run, so that `uat-evaluate --help`
+# (and a bad argument) answers without loading them.
 
 logger = logging.getLogger(__name__)
 
@@ -60,21 +55,51 @@ def build_parser():
 
 def parse_arguments(argv: Sequence[str] | None = None) -> tuple[DataArguments, EvaluateArguments]:
     """``argv`` (an optional MODEL first, ``--config RECIPE``, ``--field value`` ...) → ``(DataArguments,
-    EvaluateArguments)``: the test sets as uat-train reads them, and how to translate and score them."""
-    (arguments, data), _ = build_parser().parse(argv, recipe_fields=EVALUATE_RECIPE_FIELDS)
+    EvaluateArguments)``: the test sets as uat-train reads them, and how to translate and score them.
+
+    Without ``--config`` and without corpora on the command line, a MODEL folder holding the ``recipe.yaml``
+    uat-train saved is its own recipe (``uat-evaluate RUN`` = ``uat-evaluate RUN --config RUN``). With
+    ``--compare``, the recipe's ``max_eval_examples`` is read too, so that the test sets are those the baseline's
+    hypotheses translate (a uat-train run writes hypotheses of its first max_eval_examples sentences)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run_recipe = _run_recipe(argv)
+    if run_recipe is not None:
+        argv = [CONFIG_FLAG, run_recipe, *argv]
+    fields = EVALUATE_RECIPE_FIELDS
+    if any(arg == "--compare" or arg.startswith("--compare=") for arg in argv):
+        fields = (*fields, "max_eval_examples")
+    (arguments, data), _ = build_parser().parse(argv, recipe_fields=fields)
     return data, arguments
+
+
+def _run_recipe(argv: Sequence[str]) -> str | None:
+    """The MODEL folder of ``argv`` when it holds a uat-train ``recipe.yaml`` and ``argv`` gives neither
+    ``--config`` nor corpora; else ``None``."""
+    flags = {arg.split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
+    if {"__config", "__corpus_dir", "__corpus_specs"} & flags:
+        return None
+    model = argv[0] if argv and not argv[0].startswith("-") else None
+    if model is None and "--model_name_or_path" in argv:
+        index = argv.index("--model_name_or_path") + 1
+        model = argv[index] if index < len(argv) else None
+    if model is None or not os.path.isfile(os.path.join(model, RECIPE_FILE)):
+        return None
+    logging.getLogger(__name__).info("Reading the test sets and generation settings of %s",
+                                     os.path.join(model, RECIPE_FILE))
+    return model
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point (returns nothing: console scripts pass a return value to ``sys.exit``); results go to
     ``OUTPUT_DIR/results.json``. Bad input exits 2 with ``uat-evaluate: error: ...``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    exit_on_help(argv, build_parser)
     parser = build_parser()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         data_args, args = parse_arguments(argv)
     except (OSError, ValueError) as error:
         parser.exit(2, f"uat-evaluate: error: {error}\n")
-    datasets.disable_progress_bars()  # a bar per tiny map() over each test set is noise here
     try:
         _run(data_args, args)
     except (OSError, ValueError) as error:
@@ -82,6 +107,27 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _run(data_args: DataArguments, args: EvaluateArguments) -> None:
+    import datasets
+
+    from ..data.causal_data import CausalPrompt
+    from ..data.corpora import load_corpora
+    from ..evaluation.saved_runs import (
+        eval_set_specs,
+        load_translation_model,
+        read_hypotheses,
+        source_length_limit,
+        write_hypotheses,
+    )
+    from ..models.causal_model import is_causal_lm
+    from ..training.uat_config import UATConfig
+    from ..training.uat_trainer import UATTrainer
+    from .train_data import check_tokenizer_codes, evaluation_specs, language_codes_for, tags_for
+
+    datasets.disable_progress_bars()  # a bar per tiny map() over each test set is noise here
+    if args.torch_num_threads is not None:
+        import torch
+
+        torch.set_num_threads(args.torch_num_threads)
     corpus_dir = data_args.corpus_dir  # bundled: names are resolved by DataArguments
     split = data_args.eval_split
     # The test sets uat-train evaluates (its corpora's eval_split, then eval_corpus_specs), plus ood_corpora.
@@ -167,6 +213,8 @@ def _run(data_args: DataArguments, args: EvaluateArguments) -> None:
 
 def _significance(args: EvaluateArguments, translations: dict[str, CorpusTranslation],
                   baselines: dict[str, list[str]]) -> dict[str, Any]:
+    from ..evaluation.saved_runs import paired_significance
+
     corpora = {}
     signatures: dict[str, str] = {}
     for name, translation in translations.items():
@@ -175,21 +223,33 @@ def _significance(args: EvaluateArguments, translations: dict[str, CorpusTransla
             n_samples=args.significance_samples, seed=args.seed, bleu_tokenize=args.bleu_tokenize,
         )
         for metric in corpora[name].values():
+            metric["delta"] = metric["system"] - metric["baseline"]
             metric["significant"] = metric["p_value"] < args.alpha
+    mean = {}
+    for metric in ("bleu", "chrf"):
+        system = sum(c[metric]["system"] for c in corpora.values()) / len(corpora)
+        baseline = sum(c[metric]["baseline"] for c in corpora.values()) / len(corpora)
+        mean[metric] = {"system": system, "baseline": baseline, "delta": system - baseline}
     return {"baseline": str(args.compare), "test": args.significance_test, "alpha": args.alpha,
-            "signatures": signatures, "corpora": corpora}
+            "signatures": signatures, "corpora": corpora, "mean": mean}
 
 
 def _significance_table(significance: dict[str, Any]) -> str:
+    """Per corpus: the system's score, the baseline's, their difference Δ and its p-value, for BLEU and chrF;
+    then the unweighted mean over the corpora (no p-value: each corpus has its own test)."""
     corpora = significance["corpora"]
     width = max(len("corpus"), *(len(name) for name in corpora))
-    header = f"{'corpus':<{width}}  {'BLEU':>6} {'base':>6} {'p':>7}   {'chrF':>6} {'base':>6} {'p':>7}"
+    columns = f"{'BLEU':>6} {'base':>6} {'Δ':>6} {'p':>7}   {'chrF':>6} {'base':>6} {'Δ':>6} {'p':>7}"
     lines = [f"paired {'bootstrap' if significance['test'] == 'bs' else 'approximate randomization'} test against "
-             f"{significance['baseline']} (* p < {significance['alpha']})", header]
+             f"{significance['baseline']} (* p < {significance['alpha']})", f"{'corpus':<{width}}  {columns}"]
     for name, metrics in corpora.items():
-        cells = [f"{m['system']:6.2f} {m['baseline']:6.2f} {m['p_value']:6.4f}{'*' if m['significant'] else ' '}"
-                 for m in (metrics["bleu"], metrics["chrf"])]
+        cells = [f"{m['system']:6.2f} {m['baseline']:6.2f} {m['delta']:+6.2f} {m['p_value']:6.4f}"
+                 f"{'*' if m['significant'] else ' '}" for m in (metrics["bleu"], metrics["chrf"])]
         lines.append(f"{name:<{width}}  {cells[0]}  {cells[1]}")
+    mean = significance["mean"]
+    cells = [f"{m['system']:6.2f} {m['baseline']:6.2f} {m['delta']:+6.2f} {'':>7}"
+             for m in (mean["bleu"], mean["chrf"])]
+    lines.append(f"{'mean':<{width}}  {cells[0]}  {cells[1]}")
     return "\n".join(lines)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..data.corpus_specs import CorpusSpec
 from ..data.language_codes import CODE_SCHEMES
-from ..utils.names import check_unique_names
+from ..utils.names import check_corpus_name, check_unique_names
 
 #: The keys a corpus mapping may have: the fields of :class:`~uat_hf.data.corpus_specs.CorpusSpec`.
 SPEC_FIELDS = {f.name for f in fields(CorpusSpec)}
@@ -52,10 +52,22 @@ def as_corpus_specs(value: Any, name: str) -> list[dict] | None:
         missing = [key for key in ("name", "source_lang", "target_lang") if not item.get(key)]
         if missing:
             raise ValueError(f"{name}[{i}] ({item.get('name', '?')}): missing required field(s) {missing}.")
+        check_corpus_name(item["name"], f"{name}[{i}] name")
         result.append(dict(item))
     check_unique_names((item["name"] for item in result),
                        "{field}: corpus names must be unique; repeated: {repeated}.", field=name)
     return result
+
+
+def check_string_fields(arguments: Any, names: tuple[str, ...]) -> None:
+    """Refuse a list or mapping given to one of the single-string fields ``names`` of ``arguments``, e.g.
+    ``corpus_dir: [a, b]`` in a recipe, which would otherwise fail deep inside as a ``TypeError`` traceback."""
+    for name in names:
+        value = getattr(arguments, name)
+        if isinstance(value, (list, tuple, dict)):
+            hint = (" For several corpus folders, list each corpus in corpus_specs (name, source_lang, target_lang "
+                    "and its train/dev/test files) instead." if name == "corpus_dir" else "")
+            raise ValueError(f"{name} must be a single string, got {type(value).__name__} {value!r}.{hint}")
 
 
 def as_mapping(value: Any, name: str) -> dict | None:

@@ -17,7 +17,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from ..data.corpus_specs import DIRECTIONS
 from ..utils.hub_errors import is_hub_id
 
-__all__ = ["METRICS", "build_model_card"]
+__all__ = ["METRICS", "build_model_card", "stopped_early_note"]
 
 #: The scores a run reports per corpus (``eval_<corpus>_<metric>``), in table order.
 METRICS = ("bleu", "chrf")
@@ -45,7 +45,21 @@ def build_model_card(fields: Mapping[str, Any], results: Mapping[str, float] | N
         model_name=Path(str(get("output_dir") or "uat-hf-model")).name if scores else None,
         eval_results=_eval_results(scores, specs + eval_specs, get("eval_split", "test")) or None,
     )
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{_text(fields, specs, eval_specs, scores, recipe_file)}")
+    text = _text(fields, specs, eval_specs, scores, recipe_file)
+    note = stopped_early_note(results or {})
+    if note:
+        text = text.replace("\n## Results\n", f"\n## Results\n\n**{note}**\n", 1)
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text}")
+
+
+def stopped_early_note(results: Mapping[str, Any]) -> str | None:
+    """One sentence for the results table and the model card when the time budget stopped training early."""
+    if not results.get("stopped_early"):
+        return None
+    return (f"STOPPED EARLY: the time budget (max_train_minutes {results['max_train_minutes']:g}) ended training "
+            f"after {results['steps_done']} of {results['steps_planned']} steps, so these scores are of a shorter "
+            "run than the recipe's, not comparable with a full run's (the README's numbers for recipes/demo.yaml "
+            "are of a full run).")
 
 
 def _mappings(value: Any) -> list[dict]:

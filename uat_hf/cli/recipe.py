@@ -37,6 +37,42 @@ from .model_card import build_model_card
 __all__ = ["RECIPE_FILE", "MODEL_CARD_FILE", "Recipe"]
 
 RECIPE_FILE = "recipe.yaml"
+
+
+class _RepeatedKey(yaml.YAMLError):
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(f"key {key!r} repeated")
+        self.key, self.first, self.second = key, first, second
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a key given twice in one mapping (at any depth); YAML itself keeps
+    the last value without a word. Keys merged in with ``<<`` may still be overridden, as YAML means them."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise _RepeatedKey(key, seen[key], line)
+                except TypeError:  # an unhashable key: SafeLoader refuses it itself
+                    continue
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _safe_load_unique(text: str) -> Any:
+    """``yaml.safe_load(text)``, refusing repeated keys (:class:`_UniqueKeyLoader`, a ``SafeLoader``)."""
+    loader = _UniqueKeyLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 MODEL_CARD_FILE = "README.md"
 
 
@@ -80,9 +116,15 @@ class Recipe(Mapping[str, Any]):
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_yaml(cls, text: str, *, source: str | None = None) -> Recipe:
-        """Parse YAML text (``yaml.safe_load``); it must hold a mapping (an empty document is an empty recipe)."""
+        """Parse YAML text (``yaml.safe_load``); it must hold a mapping (an empty document is an empty recipe) and
+        no key twice in one mapping."""
         try:
-            data = yaml.safe_load(text)
+            data = _safe_load_unique(text)
+        except _RepeatedKey as error:
+            raise ValueError(
+                f"{source or 'recipe'}: key {error.key!r} is given twice (lines {error.first} and {error.second}); "
+                "YAML would silently keep the last value. Keep one of them."
+            ) from None
         except yaml.YAMLError as error:
             raise ValueError(f"{source or 'recipe'} is not valid YAML: {error}") from None
         if data is None:

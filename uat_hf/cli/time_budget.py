@@ -9,7 +9,7 @@ from transformers.trainer_callback import ExportableState
 
 from .train_data import say
 
-__all__ = ["TimeBudgetCallback"]
+__all__ = ["TimeBudgetCallback", "budget_report"]
 
 
 class TimeBudgetCallback(TrainerCallback, ExportableState):
@@ -25,6 +25,8 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
         self.seconds = float(seconds)
         self.spent_seconds = float(spent_seconds)
         self.start: float | None = None
+        #: The step at which the budget stopped this run's training (``None``: it did not).
+        self.stopped_at: int | None = None
 
     def elapsed(self) -> float:
         """Seconds of the budget used so far, earlier runs of a resumed training included."""
@@ -47,7 +49,20 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
             over = _on_any_rank(over)
         if over and not control.should_training_stop:
             control.should_training_stop = True
+            self.stopped_at = state.global_step
             say(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping training")
+
+
+def budget_report(trainer) -> dict:
+    """What ``eval_results.json`` says about the time budget: ``{}`` without one, else ``stopped_early`` (whether
+    it cut training short), ``steps_done``, ``steps_planned`` (``max_steps``) and ``max_train_minutes``."""
+    budget = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TimeBudgetCallback)), None)
+    if budget is None:
+        return {}
+    planned, done = trainer.args.max_steps, trainer.state.global_step
+    stopped = budget.stopped_at is not None and (planned <= 0 or done < planned)
+    return {"stopped_early": stopped, "steps_done": done, "steps_planned": planned,
+            "max_train_minutes": budget.seconds / 60}
 
 
 def _on_any_rank(flag: bool) -> bool:

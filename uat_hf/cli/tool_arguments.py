@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from .arguments import DataArguments
-from .field_values import check_positive
+from .field_values import check_positive, check_string_fields
 from .parsing import UATParser
 
 __all__ = [
@@ -28,7 +28,8 @@ __all__ = [
 ]
 
 #: The fields ``uat-evaluate --config`` takes from a ``uat-train`` recipe: every data field but
-#: max_eval_examples (a shortcut for speed: uat-evaluate scores whole test sets unless told otherwise), and
+#: max_eval_examples (a shortcut for speed: uat-evaluate scores whole test sets unless told otherwise, or unless
+#: --compare asks for the sets the baseline's hypotheses translate), and
 #: the generation settings. The recipe's model_name_or_path (what training started from), output_dir, seed and
 #: training fields describe the training run.
 EVALUATE_RECIPE_FIELDS = tuple(f.name for f in fields(DataArguments) if f.name != "max_eval_examples") + (
@@ -74,6 +75,11 @@ class EvaluateArguments:
     )
     use_cpu: bool = field(default=False, metadata={"help": "Translate on the CPU even when a GPU is available (as "
                                                     "uat-train); under accelerate launch each process takes a share."})
+    torch_num_threads: int | None = field(
+        default=None,
+        metadata={"help": "CPU threads for PyTorch (torch.set_num_threads), as uat-train's. Default: PyTorch's choice "
+                  "(all cores); on a CPU shared with other jobs, 1 thread is often several times faster."},
+    )
     # scoring and output
     bleu_tokenize: str = field(
         default="13a", metadata={"help": "sacreBLEU tokenizer (13a; 'zh', 'ja-mecab', 'char', ... for CJK targets)."}
@@ -105,6 +111,8 @@ class EvaluateArguments:
             SIGNIFICANCE_TESTS,  # not at import time: it imports torch (uat-plot shares this)
         )
 
+        check_string_fields(self, ("ood_corpus_dir", "model_name_or_path", "tokenizer_name_or_path", "output_dir",
+                                   "hypotheses_dir", "compare"))
         for name in ("ood_corpus_dir", "tokenizer_name_or_path"):
             value = getattr(self, name)
             if isinstance(value, str) and value.strip().lower() in ("", "none", "null"):
@@ -118,7 +126,7 @@ class EvaluateArguments:
             raise ValueError(f"significance_test must be one of {list(SIGNIFICANCE_TESTS)}, got "
                              f"{self.significance_test!r}.")
         check_positive(self, "per_device_eval_batch_size", "generation_num_beams", "generation_max_length",
-                        "max_new_tokens", "seed")
+                        "max_new_tokens", "seed", "torch_num_threads")
         if self.significance_samples < 0:
             raise ValueError("significance_samples must be >= 0 (0: sacrebleu's default), "
                              f"got {self.significance_samples!r}.")
@@ -149,8 +157,9 @@ def make_evaluate_parser() -> UATParser:
         (EvaluateArguments, DataArguments),  # the model first: its absence is reported before the data's
         positional=("model_name_or_path", "MODEL"),
         config_help="A uat-train recipe (YAML file, a run's output_dir holding recipe.yaml, or a Hub repo id): its "
-        "data fields (but max_eval_examples) and generation_num_beams, generation_max_length, "
-        "per_device_eval_batch_size, bleu_tokenize are read as uat-train reads them. The command line wins.",
+        "data fields (max_eval_examples only with --compare) and generation_num_beams, generation_max_length, "
+        "per_device_eval_batch_size, bleu_tokenize are read as uat-train reads them. The command line wins. Default: "
+        "MODEL's recipe.yaml, when it has one and no corpora are given.",
         prog="uat-evaluate",
         usage="%(prog)s [MODEL] [--config RECIPE] [--corpus_dir DIR | --corpus_specs JSON] [--FIELD VALUE ...]",
         description="Translate the test sets of uat-train's data fields (corpus_dir or corpus_specs, plus "

@@ -236,6 +236,9 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
     from ..evaluation.metrics import format_table, macro_average
     from ..evaluation.saved_runs import write_hypotheses
+    from ..training.nonfinite import NonFiniteLossError
+    from .model_card import stopped_early_note
+    from .time_budget import budget_report
 
     start = time.monotonic() if start is None else start
     training_args = trainer.args
@@ -253,6 +256,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         trainer.save_model()
         trainer.save_state()
     except Exception as error:
+        if isinstance(error, NonFiniteLossError):  # nothing was being saved
+            raise
         disk_full = _disk_full(trainer, error)
         if disk_full is None:
             raise
@@ -275,10 +280,13 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         for label, group in (("in_domain", in_domain), ("out_of_domain", out_of_domain)):
             metrics[f"eval_{label}_mean_bleu"] = macro_average(group, "bleu")
             metrics[f"eval_{label}_mean_chrf"] = macro_average(group, "chrf")
+    metrics.update(budget_report(trainer) if finished is None else {})
     trainer.save_metrics("eval", metrics)
 
     if trainer.is_world_process_zero():
-        print(f"\n{data_args.eval_split} results ({'in-domain' if out_of_domain else 'per corpus'}):")
+        note = stopped_early_note(metrics)
+        print(f"\n{data_args.eval_split} results ({'in-domain' if out_of_domain else 'per corpus'})"
+              + (f" -- {note}" if note else ":"))
         print(format_table(in_domain or out_of_domain))
         if in_domain and out_of_domain:
             print(f"\n{data_args.eval_split} results (out-of-domain):")
@@ -319,7 +327,7 @@ def _scores(metrics: dict[str, float], name: str) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``uat-train``; returns 0 on success, 2 for bad input (reported before training), 1 when
-    the disk filled up during training."""
+    the disk filled up during training or the loss stopped being finite (no final model is saved then)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         training_args, data_args, model_args, run_args, recipe = parse_arguments(argv)
@@ -332,9 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 2
+    from ..training.nonfinite import NonFiniteLossError  # torch is loaded by now
+
     try:
         train_and_evaluate(trainer, data_args, recipe, eval_corpora, ood, start=start)
-    except DiskFullError as error:
+    except (DiskFullError, NonFiniteLossError) as error:
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 1
     return 0

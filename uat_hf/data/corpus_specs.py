@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..utils.names import check_corpus_name
 from .corpus_files import corpus_files
 
 __all__ = [
@@ -120,6 +121,7 @@ class CorpusSpec:
     carve_seed: int = 0
 
     def __post_init__(self) -> None:
+        check_corpus_name(self.name, "CorpusSpec name")
         where = f"Corpus {self.name!r}"
         if self.format is not None and self.format not in FORMATS:
             raise ValueError(f"{where}: format {self.format!r} is not one of {list(FORMATS)} (leave it unset for "
@@ -249,6 +251,8 @@ def corpus_specs_from_directory(
     check_split(required_split)
     found = corpus_files(directory, SPLITS)
     names = _select_corpora(found, corpora, directory, required_split)
+    for name in names:
+        check_corpus_name(name, f"corpus_dir {str(directory)!r}, file {found[name][required_split].name!r}")
     return [
         CorpusSpec(
             name=name,

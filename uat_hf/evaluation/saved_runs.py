@@ -27,6 +27,7 @@ from ..data.corpus_specs import SPLITS, CorpusSpec, corpus_specs_from_directory
 from ..data.tokenization import load_tokenizer
 from ..models.causal_models import is_causal_checkpoint, load_causal_model
 from ..utils.hub_errors import is_hub_id
+from ..utils.names import check_corpus_name
 
 __all__ = [
     "SIGNIFICANCE_TESTS",
@@ -154,7 +155,7 @@ def paired_significance(
 
 def hypothesis_path(directory: str | Path, corpus: str) -> Path:
     """Where the hypotheses of ``corpus`` live in a hypotheses folder: ``<directory>/<corpus>.txt``."""
-    return Path(directory) / f"{corpus}{HYPOTHESIS_SUFFIX}"
+    return Path(directory) / f"{check_corpus_name(corpus, 'hypotheses')}{HYPOTHESIS_SUFFIX}"
 
 
 def write_hypotheses(directory: str | Path, corpus: str, hypotheses: Sequence[str]) -> Path:

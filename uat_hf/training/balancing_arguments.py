@@ -187,6 +187,13 @@ class BalancingArguments:
             "the scorer its prior, so the run does not continue the same sequence). Refused by default."
         },
     )
+    allow_nonfinite_loss: bool = field(
+        default=False,
+        metadata={
+            "help": "Train on when the training loss (or the gradient norm) is nan or inf. By default training stops "
+            "at that step with an error naming it, and no model of non-finite weights is saved."
+        },
+    )
     bleu_tokenize: str = field(
         default="13a", metadata={"help": "sacreBLEU tokenizer (13a; 'zh', 'ja-mecab', 'char', ... for CJK targets)."}
     )

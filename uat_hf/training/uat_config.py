@@ -121,6 +121,9 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
                     f"({error})."
                 ) from None
         super().__post_init__()
+        if self.dataloader_pin_memory and not _accelerator_available():
+            # Pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader.
+            self.dataloader_pin_memory = False
         self._resolve_measure()
         if self.strategy not in STRATEGIES:
             raise ValueError(f"Unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")
@@ -305,3 +308,8 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         return self.strategy in DYNAMIC_STRATEGIES
 
 
+def _accelerator_available() -> bool:
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()

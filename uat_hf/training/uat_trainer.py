@@ -47,7 +47,9 @@ from ..utils.checkpoints import (
     resolve_resume_checkpoint,
 )
 from ..utils.columns import IGNORE_INDEX, REFERENCE_COLUMN
+from ..utils.names import check_corpus_name
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
+from .nonfinite import watch_nonfinite_loss
 from .throughput import TrainedCount
 from .uat_config import UATConfig
 
@@ -126,6 +128,7 @@ class UATTrainer(Seq2SeqTrainer):
         named = (("training", self.train_corpora), ("dev", self.dev_corpora), ("evaluation", self.eval_corpora))
         for kind, corpora in named:
             for name, dataset in corpora.items():
+                check_corpus_name(name, f"UATTrainer {kind} corpora")
                 if len(dataset) == 0:
                     raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
         if train_corpora is not None:
@@ -151,6 +154,7 @@ class UATTrainer(Seq2SeqTrainer):
         self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora) if train_corpora is not None
                           else None)
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
+        watch_nonfinite_loss(self)
         self._read_generation_codes()
 
     #: Tells :func:`~uat_hf.training.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
@@ -323,8 +327,12 @@ class UATTrainer(Seq2SeqTrainer):
         # and then asks the model for a loss it cannot compute: translate such rows without a loss.
         if "labels" in inputs and inputs["labels"] is None:
             inputs = {key: value for key, value in inputs.items() if key != "labels"}
+        config = getattr(self.model, "generation_config", None)
+        max_length = getattr(config, "max_length", None)
         loss, generated, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys,
                                                           **gen_kwargs)
+        if config is not None:  # Seq2SeqTrainer writes the default max_length (20) into it: with max_new_tokens
+            config.max_length = max_length  # (a causal model's length) every later batch would warn both are set
         if generated is not None and is_causal_lm(self.model):  # a decoder-only model returns prompt + answer
             generated = continuation(generated, inputs["input_ids"].shape[1])
         return loss, generated, labels
