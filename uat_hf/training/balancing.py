@@ -39,7 +39,7 @@ from .callback import CorpusBalancingCallback
 from .uat_config import UATConfig
 
 __all__ = ["attach_balancing", "balancing_settings", "check_corpora", "concatenate_corpora", "corpus_dataloader",
-           "measuring_collator", "merged_config"]
+           "measuring_collator", "merged_config", "predict_each_corpus"]
 
 
 def attach_balancing(
@@ -61,7 +61,8 @@ def attach_balancing(
 
     The trainer's training data becomes the corpora's concatenation, read through a
     :class:`~uat_hf.sampling.sampler.CorpusBatchSampler` (its ``get_train_dataloader`` is replaced on this instance
-    unless it is a ``UATTrainer``, which does so itself). ``dev_corpora`` are the trusted dev sets a
+    unless it is a ``UATTrainer``, which does so itself; its ``predict`` then also takes a dict of named datasets,
+    :func:`predict_each_corpus`). ``dev_corpora`` are the trusted dev sets a
     dynamic strategy measures, one per training corpus. The callback goes right after the Trainer's flow
     callback, so the balancing numbers it adds to a log entry reach every logger.
 
@@ -104,6 +105,7 @@ def attach_balancing(
     _average_loss_per_batch(trainer)
     if not getattr(trainer, "owns_corpus_sampler", False):
         trainer.get_train_dataloader = functools.partial(corpus_dataloader, trainer, sampler, trainer.train_dataset)
+        trainer.predict = functools.partial(predict_each_corpus, trainer.predict)
     callbacks = trainer.callback_handler.callbacks
     flow = next((i for i, c in enumerate(callbacks) if isinstance(c, DefaultFlowCallback)), -1)
     callbacks.insert(flow + 1, callback)
@@ -166,6 +168,17 @@ def merged_config(trainer_args: Any, balancing: BalancingArguments) -> UATConfig
     vars(config).update(values)
     config.check_balancing_fields()
     return config
+
+
+def predict_each_corpus(predict: Callable[..., Any], test_dataset: Any, ignore_keys: list[str] | None = None,
+                        metric_key_prefix: str = "test", **kwargs: Any) -> Any:
+    """A stock trainer's ``predict`` (which takes one dataset; a dict fails inside its DataLoader with
+    ``KeyError: 0``) that also takes named datasets, as ``evaluate`` does: a dict name → ``PredictionOutput``,
+    each with the metrics ``<prefix>_<name>_<key>``, as ``UATTrainer.predict`` gives them."""
+    if isinstance(test_dataset, Mapping):
+        return {name: predict(dataset, ignore_keys, f"{metric_key_prefix}_{name}", **kwargs)
+                for name, dataset in test_dataset.items()}
+    return predict(test_dataset, ignore_keys, metric_key_prefix, **kwargs)
 
 
 def check_corpora(train_corpora: Mapping[str, Dataset], dev_corpora: Mapping[str, Dataset] | None,
