@@ -9,8 +9,7 @@ evaluation → training → cli):
   :class:`GradientCosineReward` (MultiDDS-S)
 * ``evaluation`` — :class:`CorpusEvaluation` (per-corpus BLEU/chrF for a stock ``Seq2SeqTrainer``)
 * ``training`` — :class:`UATConfig` (:class:`BalancingArguments`, its balancing fields alone), :class:`UATTrainer`,
-  :func:`attach_balancing`,
-  :class:`CorpusBalancingCallback`
+  :func:`attach_balancing`, :class:`CorpusBalancingCallback`
 
 The names are imported on first use (PEP 562), so that ``import uat_hf.evaluation.plotting`` (or any light module)
 does not load torch and Transformers' trainer; ``from uat_hf import UATTrainer`` works as usual.
