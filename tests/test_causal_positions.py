@@ -49,9 +49,13 @@ def padding_side(tokenizer, side):
         tokenizer.padding_side = before
 
 
-@pytest.mark.parametrize("side", ["left", "right"])
-def test_gpt2_measures_and_dev_loss_of_a_padded_batch_equal_each_sentence_alone(tokenizer, rows, side):
+@pytest.mark.parametrize(("side", "lora"), [("left", False), ("right", False), ("left", True)])
+def test_gpt2_measures_and_dev_loss_of_a_padded_batch_equal_each_sentence_alone(tokenizer, rows, side, lora):
     model = gpt2_model(tokenizer)
+    if lora:  # a peft model passes the positions on to the model it wraps
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True)).eval()
     with padding_side(tokenizer, side) as collate, torch.no_grad():
         batch = collate(rows)
         assert bool((batch["attention_mask"] == 0).any())

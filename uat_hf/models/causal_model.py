@@ -66,7 +66,7 @@ def causal_target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], ma
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
     predicting = mask[:, 1:]
     base = _base(model)
-    if "attention_mask" in inputs and _takes_position_ids(type(base)):
+    if "attention_mask" in inputs and _takes_position_ids(type(_innermost(model))):
         inputs["position_ids"] = mask_position_ids(inputs["attention_mask"])
     if not whole and getattr(base.config, "model_type", None) in _PLAIN_HEAD_TYPES and hasattr(base, "model"):
         hidden = base.model(**inputs).last_hidden_state[:, :-1][predicting]
@@ -78,6 +78,13 @@ def mask_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """Each token's position among its row's real tokens (``attention_mask.cumsum(-1) - 1``, padding before the
     first token clamped to 0), as ``generate`` computes them: the same for a row padded on either side or not."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _innermost(model: nn.Module) -> nn.Module:
+    """The transformers model inside peft, DDP, FSDP1 or DeepSpeed wrappers (whose ``forward`` takes ``**kwargs``)."""
+    while isinstance(getattr(_base(model), "module", None), nn.Module):
+        model = _base(model).module
+    return _base(model)
 
 
 @functools.cache
