@@ -158,7 +158,7 @@ class UATTrainer(Seq2SeqTrainer):
         self._read_generation_codes()
         if compute_metrics is not None and not self.args.batch_eval_metrics:  # a clashing key: refused now
             user_metrics.probe_compute_metrics(compute_metrics, self.eval_corpora, processing_class.pad_token_id,
-                                  include_inputs="inputs" in self.args.include_for_metrics)
+                                               include_inputs="inputs" in self.args.include_for_metrics)
 
     #: Tells :func:`~uat_hf.training.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
     owns_corpus_sampler = True
