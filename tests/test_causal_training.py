@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,8 +14,9 @@ from test_causal import causal_model
 
 from conftest import multidomain_specs
 from uat_hf.data.causal_data import CausalPrompt
-from uat_hf.data.corpora import load_corpora
+from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora
 from uat_hf.training.balancing import attach_balancing
+from uat_hf.training.balancing_arguments import BalancingArguments
 from uat_hf.training.callback import HISTORY_FILE
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer
@@ -104,3 +107,79 @@ def test_lora_under_sft_trainer_trains_the_adapters_only(tmp_path, tokenizer, ca
                                                                            .replace(".base_layer", "")])}
     assert changed and all("lora_" in n for n in changed)
     assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in trainer.model.named_parameters() if "lora_B" in n)
+
+
+# --- docs/decoder_only.md's SFTTrainer example, run as written ----------------------------------------------
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "decoder_only.md"
+#: The doc's sizes → a tiny CPU run's (each must appear in the example, so that the doc cannot drift from the test;
+#: SFTConfig trains in bf16 by default, which a CPU without bf16 refuses unless use_cpu is set).
+TINY_RUN = {"max_steps=1000": "max_steps=4", "save_steps=200": "save_steps=2", "update_every=100": "update_every=2",
+            "max_tokens=4096": "max_tokens=300", "max_length=None)": "max_length=None, use_cpu=True)"}
+
+
+def sft_doc_example() -> str:
+    text = DOC.read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "SFTTrainer(" in b]
+    assert len(blocks) == 1, "expected one ```python block with SFTTrainer( in docs/decoder_only.md"
+    code = blocks[0]
+    for doc_value, tiny_value in TINY_RUN.items():
+        assert doc_value in code, doc_value
+        code = code.replace(doc_value, tiny_value)
+    return code
+
+
+@pytest.fixture(scope="module")
+def multilingual_causal_corpora(tokenizer):
+    """The doc's ``data``: the bundled fr/de/cs/ko → en sample as prompt + completion corpora (few pairs)."""
+    specs = corpus_specs_from_directory(BUNDLED_DIR / "multilingual-ddtp", target_lang="en", direction="many-to-one",
+                                        max_examples=40)
+    data = load_corpora(specs, tokenizer, splits=("train", "dev"), prompt=CausalPrompt(), max_source_length=24,
+                        max_target_length=24)
+    data["dev"] = {name: ds.select(range(6)) for name, ds in data["dev"].items()}
+    return data
+
+
+def test_the_sft_trainer_example_of_the_docs_runs_as_written(tmp_path, monkeypatch, tokenizer,
+                                                             multilingual_causal_corpora):
+    """The doc once built a UATConfig inline after SFTTrainer(...), which reset accelerate's state under the trainer
+    ('AcceleratorState' object has no attribute 'distributed_type' at train()); it now passes the balancing fields
+    alone, and the trainer's seed, steps and logging come from its SFTConfig."""
+    monkeypatch.chdir(tmp_path)  # the example writes to "out"
+    namespace = {"model": causal_model(tokenizer, "qwen2", dropout=0.1), "data": multilingual_causal_corpora,
+                 "tokenizer": tokenizer}
+    exec(compile(sft_doc_example(), str(DOC), "exec"), namespace)
+    trainer, balancing = namespace["trainer"], namespace["balancing"]
+    assert trainer.state.global_step == 4 and len(balancing.distribution.history) == 2
+    assert set(balancing.sampler.names) == {"cs", "de", "fr", "ko"}
+    history = [json.loads(line) for line in (tmp_path / "out" / HISTORY_FILE).read_text().splitlines()]
+    assert [h["step"] for h in history] == [2, 4]
+    assert (tmp_path / "out" / "checkpoint-2" / BALANCING_STATE_FILE).is_file()
+
+
+def test_attach_balancing_takes_balancing_arguments_over_the_trainer_args(tmp_path, tokenizer, causal_corpora):
+    """config=BalancingArguments(...) and keyword fields give the same settings, read over the SFTConfig's own
+    fields; a UATConfig built after the trainer, the doc's old form, is refused with what to do instead."""
+    def sft_trainer():
+        args = trl.SFTConfig(output_dir=str(tmp_path / "sft"), max_steps=6, seed=7, report_to=[], use_cpu=True,
+                             dataset_kwargs={"skip_prepare_dataset": True}, max_length=None)
+        return trl.SFTTrainer(model=causal_model(tokenizer, "qwen2", dropout=0.1), args=args,
+                              train_dataset=causal_corpora["train"]["bible"], processing_class=tokenizer)
+
+    fields = dict(strategy="multiuat-entsent", mc_samples=2, update_every=3, max_tokens=300)
+    by_keywords = attach_balancing(sft_trainer(), causal_corpora["train"], causal_corpora["dev"], **fields)
+    by_arguments = attach_balancing(sft_trainer(), causal_corpora["train"], causal_corpora["dev"],
+                                    config=BalancingArguments(**fields))
+    for callback in (by_keywords, by_arguments):
+        assert callback.reward.measure == "entsent" and callback.update_every == 3
+        assert callback.sampler.max_tokens == 300 and callback.seed == 7  # the SFTConfig's seed
+    with pytest.raises(TypeError, match=r"\['max_steps'\] belong to the trainer's own arguments"):
+        attach_balancing(sft_trainer(), causal_corpora["train"], causal_corpora["dev"], strategy="uniform",
+                         max_steps=3)
+    with pytest.raises(ValueError, match="update_every=6 >= max_steps=6"):  # checked against the SFTConfig's
+        attach_balancing(sft_trainer(), causal_corpora["train"], causal_corpora["dev"], strategy="multiuat",
+                         update_every=6)
+    trainer = sft_trainer()
+    late = UATConfig(output_dir=str(tmp_path / "late"), strategy="multiuat", report_to=[], use_cpu=True)
+    with pytest.raises(RuntimeError, match="reset accelerate's state under the trainer"):
+        attach_balancing(trainer, causal_corpora["train"], causal_corpora["dev"], config=late)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -49,9 +50,38 @@ def test_quickstart_notebook_runs(tmp_path, monkeypatch):
     assert [record["step"] for record in history] == [2, 4]
 
 
+def run_notebook(tmp_path, monkeypatch, settings):
+    """Execute the quickstart headless with these UAT_NOTEBOOK_* settings (the others unset: its defaults); returns
+    the executed notebook and the CPU seconds (user + system) of its kernel, a child of this process reaped when
+    the client shuts it down."""
+    for key in TINY_NOTEBOOK:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in settings.items():
+        monkeypatch.setenv(key, value)  # the kernel inherits this process's environment
+    notebook = nbformat.read(EXAMPLES / "quickstart.ipynb", as_version=4)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client = NotebookClient(notebook, timeout=900, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError, with the failing cell, if any cell fails
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return notebook, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+@pytest.mark.slow
+def test_quickstart_notebook_runs_with_its_defaults(tmp_path, monkeypatch):
+    """The notebook as a reader runs it, with its defaults: 200 steps, 8 balancing updates, 40 test sentences per
+    domain. It prints the kernel's CPU time, the measurement examples/README.md reports (1.4 CPU-minutes); a
+    speed target is a measurement, not an assertion."""
+    notebook, cpu_seconds = run_notebook(tmp_path, monkeypatch, {"UAT_NOTEBOOK_OUTPUT_DIR": str(tmp_path / "run")})
+    print(f"quickstart with its defaults: {cpu_seconds:.0f} CPU seconds in the kernel")
+    history = [json.loads(line) for line in (tmp_path / "run" / HISTORY_FILE).read_text().splitlines()]
+    assert [record["step"] for record in history] == list(range(25, 201, 25))
+
+
 def test_quickstart_defaults_are_the_timed_demo_model(monkeypatch):
-    """The notebook says its defaults take about 2 minutes on 2 idle cores because they train the demo recipe's
-    model with its batch size for 200 steps (the demo's measured speed, docs/demo.md); keep them so."""
+    """The notebook says its defaults take under 2 CPU-minutes because they train the demo recipe's model with its
+    batch size for 200 steps on one torch thread and translate 40 sentences per domain (measured by the slow test
+    above, examples/README.md); keep them so."""
     for key in TINY_NOTEBOOK:
         monkeypatch.delenv(key, raising=False)
     notebook = nbformat.read(EXAMPLES / "quickstart.ipynb", as_version=4)
@@ -60,7 +90,7 @@ def test_quickstart_defaults_are_the_timed_demo_model(monkeypatch):
     demo = yaml.safe_load((EXAMPLES.parent / "recipes" / "demo.yaml").read_text())
     assert defaults["MODEL"] == demo["model_name_or_path"] and defaults["MODEL_OVERRIDES"] == demo["model_overrides"]
     assert defaults["MAX_TOKENS"] == demo["max_tokens"] and defaults["STEPS"] <= 200
-    assert defaults["TRAIN_EXAMPLES"] <= 2000 and defaults["EVAL_EXAMPLES"] <= 100
+    assert defaults["TRAIN_EXAMPLES"] <= 1000 and defaults["EVAL_EXAMPLES"] <= 40 and defaults["THREADS"] == 1
 
 
 def test_training_script_runs_under_accelerate_launch(tmp_path):

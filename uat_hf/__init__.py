@@ -8,8 +8,8 @@ evaluation → training → cli):
 * ``strategies`` — :class:`CorpusScorer`; :data:`MEASURES` and :class:`UncertaintyReward` (MultiUAT),
   :class:`GradientCosineReward` (MultiDDS-S)
 * ``evaluation`` — :class:`CorpusEvaluation` (per-corpus BLEU/chrF for a stock ``Seq2SeqTrainer``)
-* ``training`` — :class:`UATConfig`, :class:`UATTrainer`, :func:`attach_balancing`,
-  :class:`CorpusBalancingCallback`
+* ``training`` — :class:`UATConfig` (:class:`BalancingArguments`, its balancing fields alone), :class:`UATTrainer`,
+  :func:`attach_balancing`, :class:`CorpusBalancingCallback`
 
 The names are imported on first use (PEP 562), so that ``import uat_hf.evaluation.plotting`` (or any light module)
 does not load torch and Transformers' trainer; ``from uat_hf import UATTrainer`` works as usual.
@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 
 #: Public name → the module that defines it.
 _EXPORTS = {
+    "BalancingArguments": ".training.balancing_arguments",
     "CorpusBalancingCallback": ".training.callback",
     "CorpusBatchSampler": ".sampling.sampler",
     "CorpusDistribution": ".sampling.distribution",
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from .strategies.multiuat.uncertainty import UncertaintyReward
     from .strategies.scorer import CorpusScorer
     from .training.balancing import attach_balancing, corpus_dataloader
+    from .training.balancing_arguments import BalancingArguments
     from .training.callback import CorpusBalancingCallback
     from .training.uat_config import UATConfig
     from .training.uat_trainer import UATTrainer

@@ -54,6 +54,11 @@ class CorpusEvaluation:
 
     The trainer must generate (``predict_with_generate=True``, the ``UATConfig`` default) and keep the rows in
     order (the Trainer's evaluation does).
+
+    Evaluated on one dataset of its own, as the Trainer evaluates each dataset of a dict
+    (``trainer.evaluate({"news": ..., "law": ...})``) or ``trainer.predict(dataset)`` does, it gives that dataset's
+    ``bleu`` and ``chrf`` (the Trainer prefixes ``eval_<key>_``): the corpus whose labels the rows carry is found
+    and scored against its references; rows of none of the corpora are scored against their decoded labels.
     """
 
     def __init__(self, corpora: Mapping[str, Dataset], tokenizer: Any, *, bleu_tokenize: str = "13a") -> None:
@@ -68,6 +73,9 @@ class CorpusEvaluation:
         self.names = list(corpora)
         self.references = {name: corpus_references(dataset, tokenizer, name) for name, dataset in corpora.items()}
         self.bounds = np.cumsum([0] + [len(dataset) for dataset in corpora.values()])
+        self._labels = {name: dataset["labels"] if "labels" in dataset.column_names else None
+                        for name, dataset in corpora.items()}
+        self._label_texts: dict[str, list[str]] = {}
         parts = [d.select_columns([c for c in MODEL_COLUMNS if c in d.column_names]) for d in corpora.values()]
         #: The corpora concatenated in order: the trainer's ``eval_dataset``.
         self.dataset = concatenate_datasets(parts) if len(parts) > 1 else parts[0]
@@ -75,10 +83,7 @@ class CorpusEvaluation:
     def __call__(self, prediction: EvalPrediction) -> dict[str, float]:
         generated = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
         if len(generated) != self.bounds[-1]:
-            raise ValueError(
-                f"Got {len(generated)} translations for the {self.bounds[-1]} rows of {self.names}: evaluate on "
-                "CorpusEvaluation.dataset, with predict_with_generate=True."
-            )
+            return self._one_dataset(generated, prediction.label_ids)
         hypotheses = detokenize(self.tokenizer, generated)
         per_corpus = {}
         for i, name in enumerate(self.names):
@@ -88,6 +93,27 @@ class CorpusEvaluation:
         metrics = {f"{name}_{key}": value for name, scores in per_corpus.items() for key, value in scores.items()}
         metrics.update(mean_bleu=macro_average(per_corpus, "bleu"), mean_chrf=macro_average(per_corpus, "chrf"))
         return metrics
+
+    def _one_dataset(self, generated: np.ndarray, label_ids: np.ndarray | None) -> dict[str, float]:
+        """``bleu`` and ``chrf`` of the translations of one dataset other than :attr:`dataset`: against the
+        references of the corpus whose labels its rows carry, else against its decoded labels."""
+        if generated.ndim != 2 or label_ids is None or len(label_ids) != len(generated):
+            raise ValueError(
+                f"Got {len(generated)} translations for the {self.bounds[-1]} rows of {self.names}, and no labels to "
+                "tell their corpus by: evaluate on CorpusEvaluation.dataset, or on a dict of its tokenized corpora "
+                "(with labels), with predict_with_generate=True."
+            )
+        labels = detokenize(self.tokenizer, label_ids)
+        same = [name for name, rows in self._labels.items() if rows is not None and len(rows) == len(labels)]
+        references = next((self.references[name] for name in same if self._label_text(name) == labels), labels)
+        scores, _ = translation_scores(detokenize(self.tokenizer, generated), references,
+                                       bleu_tokenize=self.bleu_tokenize)
+        return scores
+
+    def _label_text(self, name: str) -> list[str]:
+        if name not in self._label_texts:
+            self._label_texts[name] = detokenize(self.tokenizer, self._labels[name])
+        return self._label_texts[name]
 
 
 def longest_source_first_order(dataset: Dataset) -> list[int]:

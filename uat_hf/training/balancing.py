@@ -10,6 +10,9 @@ stock trainer it takes three lines::
                              processing_class=tokenizer)
     attach_balancing(trainer, train_corpora={"news": news, "law": law}, dev_corpora={"news": ..., "law": ...})
     trainer.train()
+
+A trainer whose args are not a ``UATConfig`` (TRL's ``SFTTrainer``) takes the balancing fields alone:
+``attach_balancing(trainer, train, dev, strategy="multiuat", max_tokens=4096)``.
 """
 
 from __future__ import annotations
@@ -31,25 +34,36 @@ from ..strategies.mixing_law.dev_loss import DevLoss
 from ..strategies.multiuat.uncertainty import UncertaintyReward
 from ..strategies.rewards import BalancingReward, require_supported_model
 from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
+from .balancing_arguments import BalancingArguments
 from .callback import CorpusBalancingCallback
 from .health_callback import CorpusHealthCallback
 from .uat_config import UATConfig
 
-__all__ = ["attach_balancing", "check_corpora", "concatenate_corpora", "corpus_dataloader", "measuring_collator"]
+__all__ = ["attach_balancing", "balancing_settings", "check_corpora", "concatenate_corpora", "corpus_dataloader",
+           "measuring_collator", "merged_config", "predict_each_corpus"]
 
 
 def attach_balancing(
     trainer: Any,
     train_corpora: Mapping[str, Dataset],
     dev_corpora: Mapping[str, Dataset] | None = None,
-    config: UATConfig | None = None,
+    config: UATConfig | BalancingArguments | None = None,
+    **balancing_fields: Any,
 ) -> CorpusBalancingCallback:
-    """Make ``trainer`` train on named corpora mixed by the strategy of ``config`` (default: ``trainer.args``,
-    which must then be a :class:`~uat_hf.training.uat_config.UATConfig`); returns the balancing callback.
+    """Make ``trainer`` train on named corpora mixed by the balancing settings given; returns the balancing callback.
+
+    The settings are the balancing fields of :class:`~uat_hf.training.balancing_arguments.BalancingArguments`,
+    given as keywords (``attach_balancing(trainer, train, dev, strategy="multiuat", max_tokens=4096)``), as
+    ``config=BalancingArguments(...)``, or as a whole :class:`~uat_hf.training.uat_config.UATConfig` (default:
+    ``trainer.args``, when it is one). Balancing fields given alone are read over the trainer's own arguments
+    (seed, max_steps, batch size, ...) without building a second ``TrainingArguments``: building one after the
+    trainer resets accelerate's state under it (``'AcceleratorState' object has no attribute
+    'distributed_type'`` at ``train()``), which is refused here with that advice.
 
     The trainer's training data becomes the corpora's concatenation, read through a
     :class:`~uat_hf.sampling.sampler.CorpusBatchSampler` (its ``get_train_dataloader`` is replaced on this instance
-    unless it is a ``UATTrainer``, which does so itself). ``dev_corpora`` are the trusted dev sets a
+    unless it is a ``UATTrainer``, which does so itself; its ``predict`` then also takes a dict of named datasets,
+    :func:`predict_each_corpus`). ``dev_corpora`` are the trusted dev sets a
     dynamic strategy measures, one per training corpus. The callback goes right after the Trainer's flow
     callback, so the balancing numbers it adds to a log entry reach every logger.
 
@@ -61,12 +75,7 @@ def attach_balancing(
     does both itself. For per-corpus BLEU and ``eval_mean_bleu`` (``metric_for_best_model="mean_bleu"``) on a
     stock trainer, evaluate with :class:`~uat_hf.evaluation.corpus_evaluation.CorpusEvaluation` (docs/usage.md).
     """
-    config = trainer.args if config is None else config
-    if not isinstance(config, UATConfig):
-        raise TypeError(
-            f"attach_balancing needs the balancing settings as a UATConfig (got {type(config).__name__}); build the "
-            "trainer's args as UATConfig(...) (it is a Seq2SeqTrainingArguments) or pass config=UATConfig(...)."
-        )
+    config = balancing_settings(trainer, config, balancing_fields)
     require_supported_model(trainer.model)
     check_corpora(train_corpora, dev_corpora, config)
     reward = balancing_reward(config, trainer.model, trainer.processing_class, trainer.accelerator)
@@ -97,6 +106,7 @@ def attach_balancing(
     _average_loss_per_batch(trainer)
     if not getattr(trainer, "owns_corpus_sampler", False):
         trainer.get_train_dataloader = functools.partial(corpus_dataloader, trainer, sampler, trainer.train_dataset)
+        trainer.predict = functools.partial(predict_each_corpus, trainer.predict)
     callbacks = trainer.callback_handler.callbacks
     flow = next((i for i, c in enumerate(callbacks) if isinstance(c, DefaultFlowCallback)), -1)
     callbacks.insert(flow + 1, callback)
@@ -106,6 +116,75 @@ def attach_balancing(
             tokens=config.corpus_health_tokens, seed=seed,
             language_code_ids=language_code_ids(trainer.processing_class)))
     return callback
+
+
+def balancing_settings(trainer: Any, config: UATConfig | BalancingArguments | None,
+                       balancing_fields: Mapping[str, Any]) -> UATConfig:
+    """The ``UATConfig`` :func:`attach_balancing` reads: ``config`` when it is one (default ``trainer.args``), else
+    the trainer's arguments with the given balancing fields over them (:func:`merged_config`)."""
+    if balancing_fields:
+        if config is not None:
+            raise TypeError("attach_balancing got both config= and balancing keyword fields "
+                            f"({', '.join(balancing_fields)}); give the balancing settings one way.")
+        known = {f.name for f in dataclasses.fields(BalancingArguments)}
+        unknown = [name for name in balancing_fields if name not in known]
+        if unknown:
+            trainer_fields = [name for name in unknown if hasattr(trainer.args, name)]
+            hint = (f" {trainer_fields} belong to the trainer's own arguments: set them there." if trainer_fields
+                    else "")
+            raise TypeError(f"attach_balancing got {unknown}, which are not balancing fields "
+                            f"(BalancingArguments: {', '.join(sorted(known))}).{hint}")
+        config = BalancingArguments(**balancing_fields)
+    config = trainer.args if config is None else config
+    if isinstance(config, UATConfig):
+        if config is not trainer.args and getattr(trainer.accelerator.state, "distributed_type", None) is None:
+            raise RuntimeError(
+                "The UATConfig given to attach_balancing was built after the trainer, and building it (a "
+                "TrainingArguments) reset accelerate's state under the trainer, which would fail at train() with "
+                "\"'AcceleratorState' object has no attribute 'distributed_type'\". Pass the balancing fields "
+                "alone instead: attach_balancing(trainer, train_corpora, dev_corpora, strategy=..., ...) or "
+                "config=BalancingArguments(...); or build the UATConfig before the trainer."
+            )
+        return config
+    if isinstance(config, BalancingArguments):
+        return merged_config(trainer.args, config)
+    raise TypeError(
+        f"attach_balancing needs the balancing settings as a UATConfig (got {type(config).__name__}), a "
+        "BalancingArguments, or keyword fields: attach_balancing(trainer, train_corpora, dev_corpora, "
+        "strategy=\"multiuat\", ...), or build the trainer's args as UATConfig(...) (a Seq2SeqTrainingArguments)."
+    )
+
+
+def merged_config(trainer_args: Any, balancing: BalancingArguments) -> UATConfig:
+    """A ``UATConfig`` holding the Trainer fields of ``trainer_args`` (any ``TrainingArguments``: TRL's
+    ``SFTConfig``, ...) and the balancing fields of ``balancing``, checked as ``UATConfig`` checks them.
+
+    Built without ``TrainingArguments.__post_init__``, whose device set-up resets accelerate's state (a
+    trainer built before it then fails); the Trainer fields are those already set up, copied as they are, and
+    the Seq2Seq fields ``trainer_args`` lacks keep their defaults."""
+    config = UATConfig.__new__(UATConfig)
+    values = dict(vars(trainer_args))
+    for f in dataclasses.fields(UATConfig):
+        if f.name not in values:
+            if f.default is not dataclasses.MISSING:
+                values[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                values[f.name] = f.default_factory()
+    values.update({f.name: getattr(balancing, f.name) for f in dataclasses.fields(BalancingArguments)})
+    vars(config).update(values)
+    config.check_balancing_fields()
+    return config
+
+
+def predict_each_corpus(predict: Callable[..., Any], test_dataset: Any, ignore_keys: list[str] | None = None,
+                        metric_key_prefix: str = "test", **kwargs: Any) -> Any:
+    """A stock trainer's ``predict`` (which takes one dataset; a dict fails inside its DataLoader with
+    ``KeyError: 0``) that also takes named datasets, as ``evaluate`` does: a dict name → ``PredictionOutput``,
+    each with the metrics ``<prefix>_<name>_<key>``, as ``UATTrainer.predict`` gives them."""
+    if isinstance(test_dataset, Mapping):
+        return {name: predict(dataset, ignore_keys, f"{metric_key_prefix}_{name}", **kwargs)
+                for name, dataset in test_dataset.items()}
+    return predict(test_dataset, ignore_keys, metric_key_prefix, **kwargs)
 
 
 def check_corpora(train_corpora: Mapping[str, Dataset], dev_corpora: Mapping[str, Dataset] | None,

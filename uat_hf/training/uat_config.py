@@ -110,7 +110,16 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
     _VALID_DICT_FIELDS = Seq2SeqTrainingArguments._VALID_DICT_FIELDS + ["corpus_probabilities"]
 
     def __post_init__(self):
-        # Parsed here rather than by TrainingArguments so that malformed JSON names the field.
+        self._parse_corpus_probabilities()  # before TrainingArguments would parse it, so that an error names it
+        super().__post_init__()
+        if self.dataloader_pin_memory and not _accelerator_available():
+            # Pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader.
+            self.dataloader_pin_memory = False
+        self.check_balancing_fields()
+
+    def _parse_corpus_probabilities(self) -> None:
+        """A JSON object string given for ``corpus_probabilities`` (the command line) becomes its dict here rather
+        than in TrainingArguments, so that malformed JSON names the field."""
         if isinstance(self.corpus_probabilities, str):
             text = self.corpus_probabilities
             try:
@@ -120,10 +129,12 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
                     f"corpus_probabilities must be a JSON object such as '{{\"a\": 0.5, \"b\": 0.5}}', got {text!r} "
                     f"({error})."
                 ) from None
-        super().__post_init__()
-        if self.dataloader_pin_memory and not _accelerator_available():
-            # Pinned memory only speeds up copies to an accelerator; without one torch warns at every DataLoader.
-            self.dataloader_pin_memory = False
+
+    def check_balancing_fields(self) -> None:
+        """The checks of the balancing fields (against the Trainer's, which must be set): ``__post_init__`` runs
+        them after the Trainer's own; :func:`~uat_hf.training.balancing.attach_balancing` runs them on the
+        balancing fields given over a trainer's arguments, without building a second ``TrainingArguments``."""
+        self._parse_corpus_probabilities()
         self._resolve_measure()
         if self.strategy not in STRATEGIES:
             raise ValueError(f"Unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")

@@ -13,7 +13,9 @@ What it adds to the stock trainer, and why:
   ``uat-evaluate``: the Trainer's own generation loop (distributed, FSDP-aware) over each named corpus,
   longest source first so that batches pad and wait little, then detokenized hypotheses scored against the
   raw references with sacreBLEU and chrF (``eval_<corpus>_bleu``, ``eval_<corpus>_chrf``), plus their macro
-  averages ``eval_mean_bleu`` / ``eval_mean_chrf``, usable as ``metric_for_best_model="mean_bleu"``.
+  averages ``eval_mean_bleu`` / ``eval_mean_chrf``, usable as ``metric_for_best_model="mean_bleu"``. A user's
+  ``compute_metrics`` runs per corpus too (``eval_<corpus>_<key>``, ``eval_mean_<key>``; see
+  :mod:`~uat_hf.evaluation.user_metrics`).
 * Without ``train_corpora`` it is an evaluation-only trainer (as a ``Trainer`` without ``train_dataset``).
 """
 
@@ -23,7 +25,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,6 +35,7 @@ from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer,
 from transformers.trainer_utils import PredictionOutput
 
 from ..data.language_codes import labels_generation_kwargs, places_language_codes, save_generation_kwargs
+from ..evaluation import user_metrics
 from ..evaluation.causal_eval import continuation, first_line, left_padding, prompt_only
 from ..evaluation.corpus_evaluation import corpus_references, in_original_order, longest_source_first_order
 from ..evaluation.metrics import detokenize, macro_average, translation_scores
@@ -65,6 +68,7 @@ class CorpusTranslation:
     hypotheses: list[str]
     references: list[str] | None
     output: PredictionOutput  # generated token ids, labels, and the metrics (BLEU/chrF when references exist)
+    metric_keys: list[str] = field(default_factory=list)  # the keys the user's compute_metrics returned
 
 
 class UATTrainer(Seq2SeqTrainer):
@@ -156,6 +160,9 @@ class UATTrainer(Seq2SeqTrainer):
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
         watch_nonfinite_loss(self)
         self._read_generation_codes()
+        if compute_metrics is not None and not self.args.batch_eval_metrics:  # a clashing key: refused now
+            user_metrics.probe_compute_metrics(compute_metrics, self.eval_corpora, processing_class.pad_token_id,
+                                               include_inputs="inputs" in self.args.include_for_metrics)
 
     #: Tells :func:`~uat_hf.training.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
     owns_corpus_sampler = True
@@ -269,6 +276,8 @@ class UATTrainer(Seq2SeqTrainer):
             for translation in translations.values():
                 metrics.update(translation.output.metrics)
             metrics.update(self._macro_means(metrics, list(translations), metric_key_prefix))
+            keys = {name: translation.metric_keys for name, translation in translations.items()}
+            metrics.update(user_metrics.user_metric_means(metrics, keys, metric_key_prefix))
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
@@ -302,7 +311,8 @@ class UATTrainer(Seq2SeqTrainer):
             dataset = prompt_only(dataset)
             gen_kwargs = {"max_new_tokens": self.args.generation_max_length or 256, **gen_kwargs}
         order = longest_source_first_order(dataset)
-        with left_padding(self.processing_class) if causal else contextlib.nullcontext():
+        with left_padding(self.processing_class) if causal else contextlib.nullcontext(), \
+                user_metrics.recorded_metric_keys(self) as metric_keys:
             output = super().predict(dataset.select(order), ignore_keys, metric_key_prefix, **gen_kwargs)
         output = in_original_order(output, order)
         hypotheses = detokenize(self.processing_class, output.predictions)[: len(dataset)]
@@ -310,16 +320,10 @@ class UATTrainer(Seq2SeqTrainer):
             hypotheses = [first_line(text) for text in hypotheses]
         if references is not None:
             scores, signatures = translation_scores(hypotheses, references, bleu_tokenize=self.args.bleu_tokenize)
-            clash = [key for key in scores if f"{metric_key_prefix}_{key}" in output.metrics]
-            if clash:  # the user's compute_metrics returned a key of ours: neither value may be lost silently
-                raise ValueError(
-                    f"compute_metrics returned {clash}, which UATTrainer fills itself with the sacreBLEU scores of "
-                    f"each corpus ({metric_key_prefix}_{clash[0]}); rename that key in your compute_metrics (e.g. "
-                    f"'my_{clash[0]}') so that both are reported."
-                )
+            user_metrics.refuse_clashing_keys(metric_keys, metric_key_prefix)  # compute_metrics set after __init__
             self.metric_signatures.update(signatures)
             output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in scores.items()})
-        return CorpusTranslation(hypotheses, references, output)
+        return CorpusTranslation(hypotheses, references, output, metric_keys)
 
     def prediction_step(self, model: torch.nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
                         ignore_keys: list[str] | None = None, **gen_kwargs: Any):
