@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 from datasets import Dataset
 
-from uat_hf.evaluation.corpus_health import CorpusHealth, suspect_corpora
+from uat_hf.evaluation.corpus_health import CorpusHealth, SampleLoss, suspect_corpora
 from uat_hf.training.health_callback import CorpusHealthCallback
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer
@@ -17,14 +18,30 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 PAIRS = 8  # per corpus: few enough for the tiny model to learn them in the warm-up below
 
 
-def test_only_a_ratio_far_above_the_others_is_suspect():
-    assert suspect_corpora({"a": 1.0, "b": 1.05, "c": 0.95, "broken": 1.6}) == ["broken"]
-    # every corpus shifted alike (a run-wide gap) flags none; a small excess flags none
-    assert suspect_corpora({"a": 1.5, "b": 1.55, "c": 1.6}) == []
-    assert suspect_corpora({"a": 1.0, "b": 1.0, "c": 1.15}) == []
-    health = CorpusHealth(7, ["a", "broken"], [3.0, 6.0], [3.0, 3.0])
-    assert health.ratio == [1.0, 2.0]
-    assert "'broken'" in health.describe("broken") and "6.00" in health.describe("broken")
+def test_only_a_significant_ratio_above_the_others_is_suspect():
+    z = {"a": 0.0, "b": 1.0, "c": -1.0, "broken": 4.0}
+    assert suspect_corpora({"a": 1.0, "b": 1.01, "c": 0.97, "broken": 1.08}, z) == ["broken"]
+    # not significant (the noise of a small sample), or every corpus shifted alike (a run-wide gap): none
+    assert suspect_corpora({"a": 1.0, "b": 1.01, "c": 0.97, "broken": 1.08}, dict(z, broken=2.0)) == []
+    assert suspect_corpora({"a": 1.3, "b": 1.31, "c": 1.32, "broken": 1.33}, {n: 5.0 for n in z}) == []
+
+
+def test_the_standard_error_is_that_of_sentences():
+    rng = np.random.default_rng(0)
+
+    def draw() -> SampleLoss:  # 400 sentences of 5-29 tokens, each with its own mean token loss
+        tokens = rng.integers(5, 30, size=400).astype(float)
+        return SampleLoss(tokens * rng.normal(4.0, 1.0, size=400), tokens)
+
+    sample = draw()
+    assert sample.mean == pytest.approx(sample.sums.sum() / sample.tokens.sum())
+    # the spread of the mean over repeated samples matches the standard error estimated from one
+    assert np.std([draw().mean for _ in range(300)]) == pytest.approx(sample.standard_error, rel=0.2)
+    health = CorpusHealth(7, ["a", "broken"], [SampleLoss(np.array([30.0, 30.0]), np.array([10.0, 10.0])),
+                                               SampleLoss(np.array([60.0, 59.0]), np.array([10.0, 10.0]))],
+                          [SampleLoss(np.array([31.0, 29.0]), np.array([10.0, 10.0]))] * 2)
+    assert health.ratio == pytest.approx([1.0, 1.983], abs=1e-3)
+    assert "'broken'" in health.describe("broken") and "5.95" in health.describe("broken")
 
 
 def _misaligned(dataset: Dataset) -> Dataset:
@@ -64,13 +81,13 @@ def test_a_misaligned_corpus_is_warned_about_by_name(learned, tokenizer, tmp_pat
     with caplog.at_level(logging.WARNING, logger="uat_hf.training.health_callback"):
         trainer.train()
     ratios = dict(zip(health.last.names, health.last.ratio))
-    assert ratios["bible"] > 1.3, ratios
+    assert ratios["bible"] > 1.3 and dict(zip(health.last.names, health.last.z))["bible"] > 3, ratios
     assert all(abs(r - 1.0) < 1e-6 for n, r in ratios.items() if n != "bible"), ratios  # train sample == dev
     assert health.last.suspects() == ["bible"]
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "'bible'" in warnings[0] and "misaligned" in warnings[0]
     assert health.summary()["warnings"] == warnings
-    logged = [e for e in trainer.state.log_history if "health/bible_ratio" in e]
+    logged = [e for e in trainer.state.log_history if "health/bible_ratio" in e and "health/bible_z" in e]
     assert [e["step"] for e in logged] == [2, 4]
 
 

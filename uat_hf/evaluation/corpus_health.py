@@ -16,7 +16,7 @@ what the model learned, and the measurement uses no random state of the run: tra
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -27,38 +27,75 @@ from ..sampling.packing import draw_token_batch, example_lengths, split_by_token
 from ..strategies.rewards import model_device, restored_modes, scored_mask, target_logits
 from ..utils.columns import MODEL_COLUMNS
 
-__all__ = ["CorpusHealth", "HealthSample", "corpus_loss", "draw_health_sample", "suspect_corpora"]
+__all__ = ["CorpusHealth", "HealthSample", "SampleLoss", "corpus_loss", "draw_health_sample", "suspect_corpora"]
 
-#: A corpus is suspect when its training/dev loss ratio is at least this ...
-SUSPECT_RATIO = 1.25
-#: ... and at least this much above the median ratio of the corpora (a run-wide shift, e.g. label smoothing
-#: or a domain-general gap, moves every corpus alike and flags none).
-SUSPECT_MARGIN = 0.2
+#: A corpus is suspect when its training pairs' loss exceeds its dev pairs' by at least this many standard
+#: errors (sentences are the samples: the check must see more than the noise of ~50 sentences) ...
+SUSPECT_Z = 3.0
+#: ... and its training/dev loss ratio is at least this much above the median ratio of the corpora (a run-wide
+#: gap between training and dev data moves every corpus alike and flags none).
+SUSPECT_MARGIN = 0.05
 
 
-def suspect_corpora(ratios: Mapping[str, float]) -> list[str]:
-    """The corpora whose training/dev loss ratio is at least :data:`SUSPECT_RATIO` and :data:`SUSPECT_MARGIN`
-    above the median ratio."""
+@dataclass(frozen=True)
+class SampleLoss:
+    """The summed token cross-entropy and the scored tokens of each sentence of one sample."""
+
+    sums: np.ndarray
+    tokens: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        """Mean token loss (the sentences weighted by their tokens)."""
+        return float(self.sums.sum() / max(self.tokens.sum(), 1))
+
+    @property
+    def standard_error(self) -> float:
+        """Standard error of :attr:`mean` over sentences (the ratio estimator's linearisation)."""
+        n = len(self.sums)
+        if n < 2:
+            return float("inf")
+        residuals = self.sums - self.mean * self.tokens
+        return float(np.sqrt(n / (n - 1) * np.sum(residuals**2)) / self.tokens.sum())
+
+
+def suspect_corpora(ratios: Mapping[str, float], z: Mapping[str, float]) -> list[str]:
+    """The corpora whose training loss exceeds their dev loss by :data:`SUSPECT_Z` standard errors and whose
+    ratio is :data:`SUSPECT_MARGIN` above the median ratio."""
     median = float(np.median(list(ratios.values())))
-    return [n for n, r in ratios.items() if r >= SUSPECT_RATIO and r - median >= SUSPECT_MARGIN]
+    return [n for n, r in ratios.items() if z[n] >= SUSPECT_Z and r - median >= SUSPECT_MARGIN]
 
 
 @dataclass
 class CorpusHealth:
-    """One check: every corpus's mean token loss on a fixed sample of its training pairs and of its dev pairs."""
+    """One check: every corpus's loss on a fixed sample of its training pairs and of its dev pairs."""
 
     step: int
     names: list[str]
-    train_loss: list[float]
-    dev_loss: list[float]
-    ratio: list[float] = field(init=False)
+    train: list[SampleLoss]
+    dev: list[SampleLoss]
 
-    def __post_init__(self) -> None:
-        self.ratio = [t / max(d, 1e-8) for t, d in zip(self.train_loss, self.dev_loss)]
+    @property
+    def train_loss(self) -> list[float]:
+        return [s.mean for s in self.train]
+
+    @property
+    def dev_loss(self) -> list[float]:
+        return [s.mean for s in self.dev]
+
+    @property
+    def ratio(self) -> list[float]:
+        return [t.mean / max(d.mean, 1e-8) for t, d in zip(self.train, self.dev)]
+
+    @property
+    def z(self) -> list[float]:
+        """How many standard errors each corpus's training loss is above its dev loss."""
+        return [(t.mean - d.mean) / max(np.hypot(t.standard_error, d.standard_error), 1e-8)
+                for t, d in zip(self.train, self.dev)]
 
     def suspects(self) -> list[str]:
         """Corpora whose training pairs look broken at this check."""
-        return suspect_corpora(dict(zip(self.names, self.ratio)))
+        return suspect_corpora(dict(zip(self.names, self.ratio)), dict(zip(self.names, self.z)))
 
     def describe(self, name: str) -> str:
         """What the numbers say of corpus ``name``, and what to check."""
@@ -67,14 +104,16 @@ class CorpusHealth:
         span = f"{min(others):.2f}-{max(others):.2f}" if others else "none"
         return (f"Corpus {name!r} looks broken: at step {self.step} the model's loss on its training pairs is "
                 f"{self.train_loss[i]:.2f}, {self.ratio[i]:.2f}x its loss on its clean dev pairs "
-                f"({self.dev_loss[i]:.2f}); the other corpora's ratios are {span}. Its training pairs may be "
-                "misaligned (source and target lines out of step), in another language, or noise: check a few of "
-                "them, fix or drop the corpus, or give it a small fixed share (strategy 'fixed').")
+                f"({self.dev_loss[i]:.2f}; {self.z[i]:.1f} standard errors above); the other corpora's ratios "
+                f"are {span}. Its training pairs may be misaligned (source and target lines out of step), in "
+                "another language, or noise: check a few of them, fix or drop the corpus, or give it a small fixed "
+                "share (strategy 'fixed').")
 
     def as_dict(self) -> dict:
         return {"step": self.step, "suspects": self.suspects(),
-                "corpora": {n: {"train_loss": round(t, 4), "dev_loss": round(d, 4), "ratio": round(r, 4)}
-                            for n, t, d, r in zip(self.names, self.train_loss, self.dev_loss, self.ratio)}}
+                "corpora": {n: {"train_loss": round(t, 4), "dev_loss": round(d, 4), "ratio": round(r, 4),
+                                "z": round(z, 2)}
+                            for n, t, d, r, z in zip(self.names, self.train_loss, self.dev_loss, self.ratio, self.z)}}
 
 
 @dataclass
@@ -99,10 +138,10 @@ def draw_health_sample(train: object, dev: object, collate_fn: Callable[[list[di
 
 
 def corpus_loss(model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]],
-                language_code_ids: Collection[int] = ()) -> float:
-    """Mean token cross-entropy of ``batches``, teacher-forced, in eval mode; language-code positions (which a
-    multilingual tokenizer puts in the labels and the decoder is forced to) are not scored."""
-    total, count = 0.0, 0
+                language_code_ids: Collection[int] = ()) -> SampleLoss:
+    """Each sentence's summed token cross-entropy over ``batches``, teacher-forced, in eval mode; language-code
+    positions (which a multilingual tokenizer puts in the labels and the decoder is forced to) are not scored."""
+    sums, tokens = [], []
     device = model_device(model)
     with restored_modes(model), torch.no_grad():
         model.eval()
@@ -110,6 +149,9 @@ def corpus_loss(model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]],
             batch = {k: v.to(device) for k, v in batch.items()}
             mask = scored_mask(batch["labels"], language_code_ids)
             logits = target_logits(model, batch, mask)
-            total += float(F.cross_entropy(logits.float(), batch["labels"][mask], reduction="sum"))
-            count += int(mask.sum())
-    return total / max(count, 1)
+            losses = F.cross_entropy(logits.float(), batch["labels"][mask], reduction="none")
+            rows = mask.nonzero()[:, 0]
+            size = mask.shape[0]
+            sums.append(torch.zeros(size, device=device).index_add_(0, rows, losses).cpu().numpy())
+            tokens.append(mask.sum(dim=1).cpu().numpy())
+    return SampleLoss(np.concatenate(sums).astype(np.float64), np.concatenate(tokens).astype(np.float64))

@@ -3,8 +3,9 @@
 A few checks per run (``corpus_health_checks``, evenly spaced) measure every corpus's loss on a fixed sample
 of its training pairs and of its dev pairs (:mod:`uat_hf.evaluation.corpus_health`). A corpus suspect at two
 consecutive checks gets one warning in the log; the checks join the Trainer's log entries as
-``health/<corpus>_ratio`` (so ``trainer_state.json`` keeps them, and a resumed run picks up the last one), and
-:attr:`CorpusHealthCallback.last` gives the final verdict to whoever writes the run's results.
+``health/<corpus>_ratio`` and ``health/<corpus>_z`` (so ``trainer_state.json`` keeps them, and a resumed run
+picks up the last one), and :attr:`CorpusHealthCallback.last` gives the final verdict to whoever writes the
+run's results.
 """
 
 from __future__ import annotations
@@ -41,17 +42,16 @@ class CorpusHealthCallback(TrainerCallback):
         self.every = 0
         self.last: CorpusHealth | None = None
         self.warned: dict[str, str] = {}
-        self._previous_ratio: dict[str, float] = {}
+        self._previous: tuple[dict[str, float], dict[str, float]] | None = None
         self._samples: dict[str, HealthSample] | None = None
         self._pending: dict[str, float] = {}
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.every = max(1, state.max_steps // self.checks)
         for entry in state.log_history:  # a resumed run: the last check before the checkpoint
-            ratios = {k[len(_PREFIX):-len("_ratio")]: v for k, v in entry.items()
-                      if k.startswith(_PREFIX) and k.endswith("_ratio")}
-            if ratios:
-                self._previous_ratio = ratios
+            logged = [{n: entry.get(f"{_PREFIX}{n}_{key}") for n in self.names} for key in ("ratio", "z")]
+            if all(v is not None for values in logged for v in values.values()):
+                self._previous = (logged[0], logged[1])
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         step = state.global_step
@@ -73,13 +73,14 @@ class CorpusHealthCallback(TrainerCallback):
             step, self.names,
             [corpus_loss(model, self._samples[n].train, self.language_code_ids) for n in self.names],
             [corpus_loss(model, self._samples[n].dev, self.language_code_ids) for n in self.names])
-        before = suspect_corpora(self._previous_ratio) if self._previous_ratio else []
+        before = suspect_corpora(*self._previous) if self._previous else []
         for name in health.suspects():
             if name in before and name not in self.warned:
                 self.warned[name] = health.describe(name)
                 logger.warning(self.warned[name])
-        self._previous_ratio = dict(zip(self.names, health.ratio))
-        self._pending = {f"{_PREFIX}{n}_ratio": round(r, 4) for n, r in zip(self.names, health.ratio)}
+        self._previous = (dict(zip(self.names, health.ratio)), dict(zip(self.names, health.z)))
+        self._pending = {f"{_PREFIX}{n}_{key}": round(float(v), 4) for key, values in (("ratio", health.ratio),
+                         ("z", health.z)) for n, v in zip(self.names, values)}
         self.last = health
         return health
 
