@@ -56,6 +56,14 @@ def test_save_and_load_round_trip_through_a_local_directory(tmp_path):
     assert run.max_train_minutes is None
 
 
+def test_model_card_carries_the_corpus_health_warnings(tmp_path):
+    warning = "Corpus 'software' looks broken: at step 780 ..."
+    results = {"eval_software_bleu": 2.0, "eval_software_chrf": 10.0, "corpus_health": {"warnings": [warning]}}
+    Recipe(FIELDS).save_pretrained(tmp_path, results=results)
+    text = (tmp_path / MODEL_CARD_FILE).read_text()
+    assert f"## Results\n\n**{warning}**" in text
+
+
 def test_model_card_has_hub_metadata_and_the_means_last(tmp_path):
     from huggingface_hub import ModelCard
 

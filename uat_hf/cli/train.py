@@ -236,6 +236,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
     from ..evaluation.metrics import format_table, macro_average
     from ..evaluation.saved_runs import write_hypotheses
+    from ..training.health_callback import CorpusHealthCallback
     from ..training.nonfinite import NonFiniteLossError
     from .model_card import stopped_early_note
     from .time_budget import budget_report
@@ -281,6 +282,9 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
             metrics[f"eval_{label}_mean_bleu"] = macro_average(group, "bleu")
             metrics[f"eval_{label}_mean_chrf"] = macro_average(group, "chrf")
     metrics.update(budget_report(trainer) if finished is None else {})
+    health = next((c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback)), None)
+    if health is not None and health.last is not None:
+        metrics["corpus_health"] = health.summary()
     trainer.save_metrics("eval", metrics)
 
     if trainer.is_world_process_zero():
@@ -298,6 +302,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
             print(f"(first {data_args.max_eval_examples} sentences of each {data_args.eval_split} set only)")
         for name, signature in trainer.metric_signatures.items():
             print(f"sacreBLEU {name} signature: {signature}")
+        for warning in metrics.get("corpus_health", {}).get("warnings", []):
+            print(f"\nWARNING: {warning}")
         Recipe(recipe.to_dict(), source=recipe.source).save_pretrained(output_dir, results=metrics)
         say(f"saved model, tokenizer, eval_results.json, {HYPOTHESES_DIR}/ and recipe.yaml to {output_dir} "
              f"({time.monotonic() - start:.0f}s in all)")
