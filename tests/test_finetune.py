@@ -108,7 +108,7 @@ def test_finetune_m2m100_one_to_many_with_codes_in_uat_train_and_uat_evaluate(tm
             seen["kwargs"] = self.corpus_generation_kwargs
             return result
 
-    monkeypatch.setattr(evaluate_cli, "UATTrainer", Recording)
+    monkeypatch.setattr("uat_hf.training.uat_trainer.UATTrainer", Recording)  # uat-evaluate imports it when run
     evaluate_cli.main([str(out), *O2M, "--language_tags", "m2m100", "--max_eval_examples", "3",
                        "--generation_max_length", "6", "--use_cpu", "--output_dir", str(tmp_path / "eval")])
     ids = {name: after.convert_tokens_to_ids(f"__{name}__") for name in TARGETS}

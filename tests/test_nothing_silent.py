@@ -209,14 +209,14 @@ def test_uat_evaluate_run_reads_the_runs_recipe_by_itself(run_dir, tmp_path):
         assert scores["bleu"] == pytest.approx(saved[f"eval_{name}_bleu"]), name
 
 
-def test_uat_evaluate_compare_takes_max_eval_examples_from_the_recipe_and_prints_delta_and_mean(
+def test_uat_evaluate_compare_scores_the_sentences_of_the_baselines_hypotheses_and_prints_delta_and_mean(
         run_dir, tmp_path, capsys):
     from uat_hf.cli import evaluate
 
     for argv in ([str(run_dir)], [str(run_dir), "--config", str(run_dir)]):  # the study's spelling too
         evaluate.main([*argv, "--output_dir", str(tmp_path / "eval"), "--compare", str(run_dir / "hypotheses")])
         results = json.loads((tmp_path / "eval" / "results.json").read_text())
-        assert results["sentences"] == {"de": 2, "fr": 2}  # the recipe's max_eval_examples, as the baseline's
+        assert results["sentences"] == {"de": 2, "fr": 2}  # as many as uat-train's hypotheses (max_eval_examples)
         significance = results["significance"]
         assert significance["corpora"]["de"]["bleu"]["delta"] == 0.0
         assert significance["mean"]["bleu"]["delta"] == 0.0

@@ -59,16 +59,12 @@ def parse_arguments(argv: Sequence[str] | None = None) -> tuple[DataArguments, E
 
     Without ``--config`` and without corpora on the command line, a MODEL folder holding the ``recipe.yaml``
     uat-train saved is its own recipe (``uat-evaluate RUN`` = ``uat-evaluate RUN --config RUN``). With
-    ``--compare``, the recipe's ``max_eval_examples`` is read too, so that the test sets are those the baseline's
-    hypotheses translate (a uat-train run writes hypotheses of its first max_eval_examples sentences)."""
+    ``--compare``, a test set longer than the baseline's hypotheses is cut to their length (:func:`evaluate`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     run_recipe = _run_recipe(argv)
     if run_recipe is not None:
         argv = [CONFIG_FLAG, run_recipe, *argv]
-    fields = EVALUATE_RECIPE_FIELDS
-    if any(arg == "--compare" or arg.startswith("--compare=") for arg in argv):
-        fields = (*fields, "max_eval_examples")
-    (arguments, data), _ = build_parser().parse(argv, recipe_fields=fields)
+    (arguments, data), _ = build_parser().parse(argv, recipe_fields=EVALUATE_RECIPE_FIELDS)
     return data, arguments
 
 
@@ -152,10 +148,19 @@ def _run(data_args: DataArguments, args: EvaluateArguments) -> None:
                            max_target_length=limit, cache_dir=data_args.dataset_cache_dir, prompt=prompt)[split]
     if data_args.max_eval_examples is not None:
         corpora = {name: ds.select(range(min(data_args.max_eval_examples, len(ds)))) for name, ds in corpora.items()}
+    # Read the baseline first: a missing or misaligned file should fail before minutes of generation. uat-train
+    # writes hypotheses of the first max_eval_examples sentences of each set, so a baseline shorter than its set
+    # is compared on that many first sentences (a longer one is an error: another test set).
+    baselines = {name: read_hypotheses(args.compare, name) for name in corpora} if args.compare else None
+    if baselines is not None and data_args.max_eval_examples is None:
+        for name, lines in baselines.items():
+            if len(lines) < len(corpora[name]):
+                logger.info("Corpus %r: comparing on its first %d sentences, as many as the baseline's hypotheses.",
+                            name, len(lines))
+                corpora[name] = corpora[name].select(range(len(lines)))
     sizes = {name: len(dataset) for name, dataset in corpora.items()}
-    # Read the baseline first: a missing or misaligned file should fail before minutes of generation.
-    baselines = ({name: read_hypotheses(args.compare, name, expected=size) for name, size in sizes.items()}
-                 if args.compare else None)
+    if baselines is not None:
+        baselines = {name: read_hypotheses(args.compare, name, expected=size) for name, size in sizes.items()}
 
     trainer = UATTrainer(model, UATConfig(
         output_dir=args.output_dir, per_device_eval_batch_size=args.per_device_eval_batch_size,

@@ -28,8 +28,8 @@ __all__ = [
 ]
 
 #: The fields ``uat-evaluate --config`` takes from a ``uat-train`` recipe: every data field but
-#: max_eval_examples (a shortcut for speed: uat-evaluate scores whole test sets unless told otherwise, or unless
-#: --compare asks for the sets the baseline's hypotheses translate), and
+#: max_eval_examples (a shortcut for speed: uat-evaluate scores whole test sets unless told otherwise; with
+#: --compare, a set is cut to the baseline's hypotheses), and
 #: the generation settings. The recipe's model_name_or_path (what training started from), output_dir, seed and
 #: training fields describe the training run.
 EVALUATE_RECIPE_FIELDS = tuple(f.name for f in fields(DataArguments) if f.name != "max_eval_examples") + (
@@ -157,7 +157,7 @@ def make_evaluate_parser() -> UATParser:
         (EvaluateArguments, DataArguments),  # the model first: its absence is reported before the data's
         positional=("model_name_or_path", "MODEL"),
         config_help="A uat-train recipe (YAML file, a run's output_dir holding recipe.yaml, or a Hub repo id): its "
-        "data fields (max_eval_examples only with --compare) and generation_num_beams, generation_max_length, "
+        "data fields (not max_eval_examples) and generation_num_beams, generation_max_length, "
         "per_device_eval_batch_size, bleu_tokenize are read as uat-train reads them. The command line wins. Default: "
         "MODEL's recipe.yaml, when it has one and no corpora are given.",
         prog="uat-evaluate",

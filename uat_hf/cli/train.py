@@ -283,7 +283,9 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
             metrics[f"eval_{label}_mean_chrf"] = macro_average(group, "chrf")
     metrics.update(budget_report(trainer) if finished is None else {})
     health = next((c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback)), None)
-    if health is not None and health.last is not None:
+    if health is not None and health.last is None:  # a finished run evaluated again: its last check, measured
+        health.check(trainer.model, trainer.state.global_step)
+    if health is not None:
         metrics["corpus_health"] = health.summary()
     trainer.save_metrics("eval", metrics)
 
