@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from datasets import Dataset
 
-from uat_hf.evaluation.corpus_health import CorpusHealth, SampleLoss, suspect_corpora
+from uat_hf.evaluation.corpus_health import CorpusHealth, SampleCheck, suspect_corpora
 from uat_hf.training.health_callback import CorpusHealthCallback
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer
@@ -18,30 +18,29 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 PAIRS = 8  # per corpus: few enough for the tiny model to learn them in the warm-up below
 
 
-def test_only_a_significant_ratio_above_the_others_is_suspect():
-    z = {"a": 0.0, "b": 1.0, "c": -1.0, "broken": 4.0}
-    assert suspect_corpora({"a": 1.0, "b": 1.01, "c": 0.97, "broken": 1.08}, z) == ["broken"]
-    # not significant (the noise of a small sample), or every corpus shifted alike (a run-wide gap): none
-    assert suspect_corpora({"a": 1.0, "b": 1.01, "c": 0.97, "broken": 1.08}, dict(z, broken=2.0)) == []
-    assert suspect_corpora({"a": 1.3, "b": 1.31, "c": 1.32, "broken": 1.33}, {n: 5.0 for n in z}) == []
+def test_only_training_pairs_that_clearly_ignore_their_sources_are_suspect():
+    dev_z = {"a": 8.0, "b": 8.0, "broken": 8.0}
+    assert suspect_corpora({"a": 1.0, "b": 0.9, "broken": 0.1}, {"a": 0.0, "b": -1.0, "broken": -6.0}, dev_z) == [
+        "broken"]
+    # not significant (a small sample's noise), or a model that uses no source yet (nothing to judge by): none
+    assert suspect_corpora({"a": 1.0, "broken": 0.1}, {"a": 0.0, "broken": -2.0}, dev_z) == []
+    assert suspect_corpora({"a": 1.0, "broken": 0.1}, {"a": 0.0, "broken": -6.0}, {"a": 1.0, "broken": 1.0}) == []
 
 
-def test_the_standard_error_is_that_of_sentences():
+def test_source_use_and_its_standard_error_are_over_sentences():
     rng = np.random.default_rng(0)
 
-    def draw() -> SampleLoss:  # 400 sentences of 5-29 tokens, each with its own mean token loss
-        tokens = rng.integers(5, 30, size=400).astype(float)
-        return SampleLoss(tokens * rng.normal(4.0, 1.0, size=400), tokens)
+    def draw() -> SampleCheck:  # 400 sentences whose losses rise by 0.5 nats on average with a wrong source
+        return SampleCheck(4.0, rng.normal(0.5, 1.0, size=400))
 
     sample = draw()
-    assert sample.mean == pytest.approx(sample.sums.sum() / sample.tokens.sum())
+    assert sample.source_use == pytest.approx(0.5, abs=0.15)
     # the spread of the mean over repeated samples matches the standard error estimated from one
-    assert np.std([draw().mean for _ in range(300)]) == pytest.approx(sample.standard_error, rel=0.2)
-    health = CorpusHealth(7, ["a", "broken"], [SampleLoss(np.array([30.0, 30.0]), np.array([10.0, 10.0])),
-                                               SampleLoss(np.array([60.0, 59.0]), np.array([10.0, 10.0]))],
-                          [SampleLoss(np.array([31.0, 29.0]), np.array([10.0, 10.0]))] * 2)
-    assert health.ratio == pytest.approx([1.0, 1.983], abs=1e-3)
-    assert "'broken'" in health.describe("broken") and "5.95" in health.describe("broken")
+    assert np.std([draw().source_use for _ in range(300)]) == pytest.approx(sample.standard_error, rel=0.2)
+    healthy, broken = SampleCheck(3.0, np.full(4, 1.0) + [0.1, -0.1, 0.1, -0.1]), SampleCheck(5.9, np.full(4, 0.05))
+    health = CorpusHealth(7, ["a", "broken"], [healthy, broken], [healthy, healthy])
+    assert health.share == pytest.approx([1.0, 0.05])
+    assert "'broken'" in health.describe("broken") and "0.05x" in health.describe("broken")
 
 
 def _misaligned(dataset: Dataset) -> Dataset:
@@ -75,19 +74,20 @@ def test_a_misaligned_corpus_is_warned_about_by_name(learned, tokenizer, tmp_pat
     train = dict(pairs, bible=_misaligned(pairs["bible"]))
     args = UATConfig(output_dir=str(tmp_path / "out"), max_steps=4, max_tokens=400, learning_rate=1e-6,
                      report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, logging_steps=1,
-                     corpus_health_checks=2)
+                     corpus_health_checks=2, corpus_health_tokens=100_000)  # every pair: train == dev samples
     trainer = UATTrainer(model, args, train_corpora=train, dev_corpora=pairs, processing_class=tokenizer)
     health = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
     with caplog.at_level(logging.WARNING, logger="uat_hf.training.health_callback"):
         trainer.train()
-    ratios = dict(zip(health.last.names, health.last.ratio))
-    assert ratios["bible"] > 1.3 and dict(zip(health.last.names, health.last.z))["bible"] > 3, ratios
-    assert all(abs(r - 1.0) < 1e-6 for n, r in ratios.items() if n != "bible"), ratios  # train sample == dev
+    shares = dict(zip(health.last.names, health.last.share))
+    assert shares["bible"] < 0.2 and dict(zip(health.last.names, health.last.z))["bible"] < -3, shares
+    assert all(abs(s - 1.0) < 1e-6 for n, s in shares.items() if n != "bible"), shares  # train sample == dev
     assert health.last.suspects() == ["bible"]
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "'bible'" in warnings[0] and "misaligned" in warnings[0]
     assert health.summary()["warnings"] == warnings
-    logged = [e for e in trainer.state.log_history if "health/bible_ratio" in e and "health/bible_z" in e]
+    keys = {f"health/bible_{k}" for k in ("source_use", "z", "dev_z")}
+    logged = [e for e in trainer.state.log_history if keys <= set(e)]
     assert [e["step"] for e in logged] == [2, 4]
 
 

@@ -1,16 +1,20 @@
-"""Corpus health: does a corpus's training data teach what its clean dev set asks?
+"""Corpus health: do a corpus's training pairs teach what its clean dev set asks?
 
-The paper's premise is a small set of trusted dev data per corpus. When a corpus's training pairs are broken
-(misaligned lines, another language, machine-translated noise), the model cannot fit them the way it fits
-their clean dev set: its loss on the corpus's own *training* pairs stays far above its loss on the dev pairs,
-while a healthy corpus shows a ratio near 1 (below 1 once the model starts to memorise). The ratio compares
-each corpus with itself, so a corpus that is merely hard (short dictionary entries, a distant language) is
-not flagged: its training and dev losses are high together.
+The paper's premise is a small set of trusted dev data per corpus. Training pairs can be broken in ways no
+length filter sees: source and target files out of step, targets in another language, noise. What such pairs
+lack is the link between a source and its target, and a model shows how much it relies on that link: its loss
+on a target rises when the target is given another sentence's source. On a corpus's clean dev pairs that rise
+(its *source use*) is what the model has learned for the domain; on training pairs whose targets do not belong
+to their sources it is near zero. So each check compares, corpus by corpus, the source use on a fixed sample of
+the training pairs with that on the dev pairs: about equal for a healthy corpus however hard or small it is,
+far lower for a broken one. (Comparing plain losses is blind here: a model trained on misaligned pairs fits
+their targets as a language model, and the losses of training and dev pairs stay close.)
 
-Uncertainty sampling makes this matter: a model is most uncertain where it learned garbage, so MultiUAT
-raises the share of exactly such a corpus. The check warns for every strategy, a static prior included.
-Both samples are fixed for the whole run (drawn once from ``seed``), so consecutive checks differ only by
-what the model learned, and the measurement uses no random state of the run: training is unchanged by it.
+Uncertainty sampling makes this matter: a model is most uncertain where it learned garbage, so MultiUAT raises
+the share of exactly such a corpus. The check warns under every strategy, a static prior included. The samples
+are fixed for the run (drawn once from ``seed``), the mismatched source of a target is its neighbour's in
+length order (so padding and lengths barely change), and the passes run in eval mode with no random state of
+the run: training is unchanged by the checks.
 """
 
 from __future__ import annotations
@@ -27,120 +31,133 @@ from ..sampling.packing import draw_token_batch, example_lengths, split_by_token
 from ..strategies.rewards import model_device, restored_modes, scored_mask, target_logits
 from ..utils.columns import MODEL_COLUMNS
 
-__all__ = ["CorpusHealth", "HealthSample", "SampleLoss", "corpus_loss", "draw_health_sample", "suspect_corpora"]
+__all__ = ["CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample", "suspect_corpora"]
 
-#: A corpus is suspect when its training pairs' loss exceeds its dev pairs' by at least this many standard
-#: errors (sentences are the samples: the check must see more than the noise of ~50 sentences) ...
+#: The model must use the sources of a corpus's dev pairs (mean source use this many standard errors above 0)
+#: before its training pairs can be judged ...
+MIN_DEV_Z = 3.0
+#: ... and a corpus is suspect when the source use of its training pairs is at most this share of its dev
+#: pairs' ...
+SUSPECT_SHARE = 0.5
+#: ... by at least this many standard errors (sentences are the samples).
 SUSPECT_Z = 3.0
-#: ... and its training/dev loss ratio is at least this much above the median ratio of the corpora (a run-wide
-#: gap between training and dev data moves every corpus alike and flags none).
-SUSPECT_MARGIN = 0.05
+_SOURCE_COLUMNS = ("input_ids", "attention_mask")
 
 
 @dataclass(frozen=True)
-class SampleLoss:
-    """The summed token cross-entropy and the scored tokens of each sentence of one sample."""
+class SampleCheck:
+    """One sample of pairs: its mean token loss, and each sentence's source use (the rise of its mean token loss
+    when its target is given a neighbour's source)."""
 
-    sums: np.ndarray
-    tokens: np.ndarray
+    loss: float
+    gains: np.ndarray
 
     @property
-    def mean(self) -> float:
-        """Mean token loss (the sentences weighted by their tokens)."""
-        return float(self.sums.sum() / max(self.tokens.sum(), 1))
+    def source_use(self) -> float:
+        return float(np.mean(self.gains))
 
     @property
     def standard_error(self) -> float:
-        """Standard error of :attr:`mean` over sentences (the ratio estimator's linearisation)."""
-        n = len(self.sums)
-        if n < 2:
-            return float("inf")
-        residuals = self.sums - self.mean * self.tokens
-        return float(np.sqrt(n / (n - 1) * np.sum(residuals**2)) / self.tokens.sum())
+        n = len(self.gains)
+        return float(np.std(self.gains, ddof=1) / np.sqrt(n)) if n > 1 else float("inf")
 
 
-def suspect_corpora(ratios: Mapping[str, float], z: Mapping[str, float]) -> list[str]:
-    """The corpora whose training loss exceeds their dev loss by :data:`SUSPECT_Z` standard errors and whose
-    ratio is :data:`SUSPECT_MARGIN` above the median ratio."""
-    median = float(np.median(list(ratios.values())))
-    return [n for n, r in ratios.items() if z[n] >= SUSPECT_Z and r - median >= SUSPECT_MARGIN]
+def suspect_corpora(share: Mapping[str, float], z: Mapping[str, float], dev_z: Mapping[str, float]) -> list[str]:
+    """The corpora whose training pairs use their sources at most :data:`SUSPECT_SHARE` as much as their dev
+    pairs, by :data:`SUSPECT_Z` standard errors, where the dev pairs' source use is clear (:data:`MIN_DEV_Z`)."""
+    return [n for n in share if dev_z[n] >= MIN_DEV_Z and share[n] <= SUSPECT_SHARE and z[n] <= -SUSPECT_Z]
 
 
 @dataclass
 class CorpusHealth:
-    """One check: every corpus's loss on a fixed sample of its training pairs and of its dev pairs."""
+    """One check of every corpus: its training sample against its dev sample."""
 
     step: int
     names: list[str]
-    train: list[SampleLoss]
-    dev: list[SampleLoss]
+    train: list[SampleCheck]
+    dev: list[SampleCheck]
 
     @property
-    def train_loss(self) -> list[float]:
-        return [s.mean for s in self.train]
-
-    @property
-    def dev_loss(self) -> list[float]:
-        return [s.mean for s in self.dev]
-
-    @property
-    def ratio(self) -> list[float]:
-        return [t.mean / max(d.mean, 1e-8) for t, d in zip(self.train, self.dev)]
+    def share(self) -> list[float]:
+        """Source use of the training pairs as a share of the dev pairs' (about 1 for a healthy corpus)."""
+        return [t.source_use / d.source_use if d.source_use > 0 else float("nan")
+                for t, d in zip(self.train, self.dev)]
 
     @property
     def z(self) -> list[float]:
-        """How many standard errors each corpus's training loss is above its dev loss."""
-        return [(t.mean - d.mean) / max(np.hypot(t.standard_error, d.standard_error), 1e-8)
+        """Standard errors by which the training pairs' source use is above (+) or below (−) the dev pairs'."""
+        return [(t.source_use - d.source_use) / max(np.hypot(t.standard_error, d.standard_error), 1e-12)
                 for t, d in zip(self.train, self.dev)]
+
+    @property
+    def dev_z(self) -> list[float]:
+        return [d.source_use / max(d.standard_error, 1e-12) for d in self.dev]
 
     def suspects(self) -> list[str]:
         """Corpora whose training pairs look broken at this check."""
-        return suspect_corpora(dict(zip(self.names, self.ratio)), dict(zip(self.names, self.z)))
+        return suspect_corpora(*(dict(zip(self.names, v)) for v in (self.share, self.z, self.dev_z)))
 
     def describe(self, name: str) -> str:
         """What the numbers say of corpus ``name``, and what to check."""
         i = self.names.index(name)
-        others = [r for n, r in zip(self.names, self.ratio) if n != name]
+        others = [s for n, s in zip(self.names, self.share) if n != name]
         span = f"{min(others):.2f}-{max(others):.2f}" if others else "none"
-        return (f"Corpus {name!r} looks broken: at step {self.step} the model's loss on its training pairs is "
-                f"{self.train_loss[i]:.2f}, {self.ratio[i]:.2f}x its loss on its clean dev pairs "
-                f"({self.dev_loss[i]:.2f}; {self.z[i]:.1f} standard errors above); the other corpora's ratios "
-                f"are {span}. Its training pairs may be misaligned (source and target lines out of step), in "
-                "another language, or noise: check a few of them, fix or drop the corpus, or give it a small fixed "
-                "share (strategy 'fixed').")
+        return (f"Corpus {name!r} looks broken: at step {self.step} the model relies on the source of its training "
+                f"pairs {self.share[i]:.2f}x as much as on that of its clean dev pairs (a target's loss rises by "
+                f"{self.train[i].source_use:.3f} against {self.dev[i].source_use:.3f} when it is given another "
+                f"sentence's source; {abs(self.z[i]):.1f} standard errors apart); the other corpora's ratios are "
+                f"{span}. Its training pairs may be misaligned (source and target lines out of step), in another "
+                "language, or noise: check a few of them, fix or drop the corpus, or give it a small fixed share "
+                "(strategy 'fixed').")
 
     def as_dict(self) -> dict:
-        return {"step": self.step, "suspects": self.suspects(),
-                "corpora": {n: {"train_loss": round(t, 4), "dev_loss": round(d, 4), "ratio": round(r, 4),
-                                "z": round(z, 2)}
-                            for n, t, d, r, z in zip(self.names, self.train_loss, self.dev_loss, self.ratio, self.z)}}
+        return {"step": self.step, "suspects": self.suspects(), "corpora": {
+            n: {"train_loss": round(t.loss, 4), "dev_loss": round(d.loss, 4),
+                "train_source_use": round(t.source_use, 4), "dev_source_use": round(d.source_use, 4),
+                "source_use_ratio": None if np.isnan(s) else round(s, 4), "z": round(z, 2)}
+            for n, t, d, s, z in zip(self.names, self.train, self.dev, self.share, self.z)}}
 
 
 @dataclass
 class HealthSample:
-    """The collated batches of one corpus's fixed training sample and dev sample."""
+    """One corpus's fixed training and dev samples as collated sub-batches, each also with every target given its
+    length-neighbour's source (the same sentences in the same order)."""
 
-    train: list[dict]
-    dev: list[dict]
+    train: tuple[list[dict], list[dict]]
+    dev: tuple[list[dict], list[dict]]
 
 
 def draw_health_sample(train: object, dev: object, collate_fn: Callable[[list[dict]], dict], *, tokens: int,
                        sub_batch_tokens: int, seed: int) -> HealthSample:
-    """``tokens`` worth of random training and dev examples of one corpus, collated into sub-batches."""
-    batches = []
+    """``tokens`` worth of random training and dev examples of one corpus."""
+    samples = []
     for purpose, dataset in enumerate((train, dev)):
         lengths = example_lengths(dataset)
         chosen = draw_token_batch(lengths, tokens, np.random.default_rng([seed, purpose]))
-        columns = [c for c in MODEL_COLUMNS if c in dataset.column_names]
-        batches.append([collate_fn(dataset.select_columns(columns).select(chunk.tolist()).to_list())
-                        for chunk in split_by_tokens(chosen, lengths, sub_batch_tokens)])
-    return HealthSample(*batches)
+        chosen = chosen[np.lexsort((chosen, lengths[chosen]))]  # by length, then index: the neighbours are fixed
+        rows = dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]).select(
+            chosen.tolist()).to_list()
+        neighbour = np.roll(np.arange(len(rows)), 1)
+        mismatched = [{**row, **{c: rows[j][c] for c in _SOURCE_COLUMNS if c in row}}
+                      for row, j in zip(rows, neighbour)]
+        chunks = split_by_tokens(np.arange(len(rows)), lengths[chosen], sub_batch_tokens)
+        samples.append(tuple([collate_fn([version[i] for i in chunk]) for chunk in chunks]
+                             for version in (rows, mismatched)))
+    return HealthSample(*samples)
 
 
-def corpus_loss(model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]],
-                language_code_ids: Collection[int] = ()) -> SampleLoss:
-    """Each sentence's summed token cross-entropy over ``batches``, teacher-forced, in eval mode; language-code
+def check_sample(model: nn.Module, batches: tuple[list[dict], list[dict]],
+                 language_code_ids: Collection[int] = ()) -> SampleCheck:
+    """Loss and per-sentence source use of one sample (its aligned and mismatched sub-batches); language-code
     positions (which a multilingual tokenizer puts in the labels and the decoder is forced to) are not scored."""
+    (aligned, aligned_tokens), (mismatched, _) = (_sentence_losses(model, b, language_code_ids) for b in batches)
+    tokens = np.maximum(aligned_tokens, 1)
+    return SampleCheck(float(aligned.sum() / tokens.sum()), (mismatched - aligned) / tokens)
+
+
+def _sentence_losses(model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]],
+                     language_code_ids: Collection[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each sentence's summed token cross-entropy and scored tokens, teacher-forced, in eval mode."""
     sums, tokens = [], []
     device = model_device(model)
     with restored_modes(model), torch.no_grad():
@@ -150,8 +167,7 @@ def corpus_loss(model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]],
             mask = scored_mask(batch["labels"], language_code_ids)
             logits = target_logits(model, batch, mask)
             losses = F.cross_entropy(logits.float(), batch["labels"][mask], reduction="none")
-            rows = mask.nonzero()[:, 0]
-            size = mask.shape[0]
-            sums.append(torch.zeros(size, device=device).index_add_(0, rows, losses).cpu().numpy())
+            sentence_sums = torch.zeros(mask.shape[0], device=device).index_add_(0, mask.nonzero()[:, 0], losses)
+            sums.append(sentence_sums.cpu().numpy())
             tokens.append(mask.sum(dim=1).cpu().numpy())
-    return SampleLoss(np.concatenate(sums).astype(np.float64), np.concatenate(tokens).astype(np.float64))
+    return np.concatenate(sums).astype(np.float64), np.concatenate(tokens).astype(np.float64)

@@ -170,10 +170,11 @@ class BalancingArguments:
                   f"{MixingLawSettings.anchor}; 0: none, as Aioli)."},
     )
     corpus_health_checks: int = field(
-        default=10,
-        metadata={"help": "Checks per run of every corpus's loss on a fixed sample of its training pairs against its "
-                  "dev pairs; a corpus whose ratio stays far above the others' gets a warning that its training "
-                  "pairs look broken (docs/usage.md, 'Corpus health'). 0: no checks. Needs dev corpora."},
+        default=5,
+        metadata={"help": "Checks per run of how much the model relies on the sources of each corpus's training pairs "
+                  "against its dev pairs; a corpus whose training pairs look broken (misaligned, noise) at two checks "
+                  "in a row gets a warning naming it (docs/usage.md, 'Corpus health'). 0: no checks. Needs dev "
+                  "corpora."},
     )
     corpus_health_tokens: int = field(
         default=1024,

@@ -1,10 +1,10 @@
 """Corpus health during training: warn, naming the corpus and the numbers, when its training pairs look broken.
 
-A few checks per run (``corpus_health_checks``, evenly spaced) measure every corpus's loss on a fixed sample
-of its training pairs and of its dev pairs (:mod:`uat_hf.evaluation.corpus_health`). A corpus suspect at two
-consecutive checks gets one warning in the log; the checks join the Trainer's log entries as
-``health/<corpus>_ratio`` and ``health/<corpus>_z`` (so ``trainer_state.json`` keeps them, and a resumed run
-picks up the last one), and :attr:`CorpusHealthCallback.last` gives the final verdict to whoever writes the
+A few checks per run (``corpus_health_checks``, evenly spaced) measure how much the model relies on the sources
+of a fixed sample of every corpus's training pairs, against its dev pairs (:mod:`uat_hf.evaluation.corpus_health`).
+A corpus suspect at two consecutive checks gets one warning in the log; the checks join the Trainer's log
+entries as ``health/<corpus>_source_use``, ``_z`` and ``_dev_z`` (so ``trainer_state.json`` keeps them, and a
+resumed run picks up the last one), and :attr:`CorpusHealthCallback.last` gives the final verdict to whoever writes the
 run's results.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ..evaluation.corpus_health import CorpusHealth, HealthSample, corpus_loss, draw_health_sample, suspect_corpora
+from ..evaluation.corpus_health import CorpusHealth, HealthSample, check_sample, draw_health_sample, suspect_corpora
 from .callback import join_training_log
 
 __all__ = ["CorpusHealthCallback"]
@@ -24,13 +24,14 @@ __all__ = ["CorpusHealthCallback"]
 logger = logging.getLogger(__name__)
 
 _PREFIX = "health/"
+_KEYS = ("source_use", "z", "dev_z")  # logged per corpus: what suspect_corpora reads
 
 
 class CorpusHealthCallback(TrainerCallback):
     """Checks every corpus's training/dev loss ratio ``checks`` times per run and warns about broken corpora."""
 
     def __init__(self, train_corpora: Mapping[str, Any], dev_corpora: Mapping[str, Any],
-                 collate_fn: Callable[[list[dict]], dict], *, checks: int = 10, tokens: int = 1024,
+                 collate_fn: Callable[[list[dict]], dict], *, checks: int = 5, tokens: int = 1024,
                  sub_batch_tokens: int = 4096, seed: int = 0, language_code_ids: Collection[int] = ()) -> None:
         if checks < 1:
             raise ValueError(f"corpus_health_checks must be >= 1 to build a CorpusHealthCallback, got {checks}.")
@@ -42,16 +43,16 @@ class CorpusHealthCallback(TrainerCallback):
         self.every = 0
         self.last: CorpusHealth | None = None
         self.warned: dict[str, str] = {}
-        self._previous: tuple[dict[str, float], dict[str, float]] | None = None
+        self._previous: tuple[dict[str, float], ...] | None = None
         self._samples: dict[str, HealthSample] | None = None
         self._pending: dict[str, float] = {}
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.every = max(1, state.max_steps // self.checks)
         for entry in state.log_history:  # a resumed run: the last check before the checkpoint
-            logged = [{n: entry.get(f"{_PREFIX}{n}_{key}") for n in self.names} for key in ("ratio", "z")]
+            logged = [{n: entry.get(f"{_PREFIX}{n}_{key}") for n in self.names} for key in _KEYS]
             if all(v is not None for values in logged for v in values.values()):
-                self._previous = (logged[0], logged[1])
+                self._previous = tuple(logged)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         step = state.global_step
@@ -71,16 +72,17 @@ class CorpusHealthCallback(TrainerCallback):
                 for i, n in enumerate(self.names)}
         health = CorpusHealth(
             step, self.names,
-            [corpus_loss(model, self._samples[n].train, self.language_code_ids) for n in self.names],
-            [corpus_loss(model, self._samples[n].dev, self.language_code_ids) for n in self.names])
+            [check_sample(model, self._samples[n].train, self.language_code_ids) for n in self.names],
+            [check_sample(model, self._samples[n].dev, self.language_code_ids) for n in self.names])
         before = suspect_corpora(*self._previous) if self._previous else []
         for name in health.suspects():
             if name in before and name not in self.warned:
                 self.warned[name] = health.describe(name)
                 logger.warning(self.warned[name])
-        self._previous = (dict(zip(self.names, health.ratio)), dict(zip(self.names, health.z)))
-        self._pending = {f"{_PREFIX}{n}_{key}": round(float(v), 4) for key, values in (("ratio", health.ratio),
-                         ("z", health.z)) for n, v in zip(self.names, values)}
+        values = {key: dict(zip(self.names, v)) for key, v in zip(_KEYS, (health.share, health.z, health.dev_z))}
+        self._previous = tuple(values.values())
+        self._pending = {f"{_PREFIX}{n}_{key}": round(float(v), 4)
+                         for key, per in values.items() for n, v in per.items()}
         self.last = health
         return health
 
