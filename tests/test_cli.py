@@ -95,7 +95,7 @@ def test_end_to_end_run_writes_results_model_tokenizer_and_recipe(tmp_path, caps
     # the last corpus-health check of the training corpora, at the last step
     health = results["corpus_health"]
     assert health["step"] == 3 and set(health["corpora"]) == {"bible", "dictionary"} and health["warnings"] == []
-    assert all(entry["ratio"] > 0 and entry["train_loss"] > 0 for entry in health["corpora"].values())
+    assert all(entry["dev_loss"] > 0 and entry["train_loss"] > 0 for entry in health["corpora"].values())
     # Model, tokenizer (with nothing missing to reload), the effective recipe with the override, a model card.
     from uat_hf.data.tokenization import load_tokenizer
     from uat_hf.models.presets import build_model
