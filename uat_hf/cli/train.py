@@ -34,7 +34,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..training.balancing_arguments import MULTIUAT_PREFIX
 from ..utils.checkpoints import (
     checkpoint_bytes,
     checkpoint_step,
@@ -85,8 +84,9 @@ def parse_arguments(argv: Sequence[str] | None = None):
     argv = list(sys.argv[1:] if argv is None else argv)
     exit_on_help(argv, make_help_parser, make_parser)
     (training, data, model, run_args), effective = make_parser().parse(argv)
-    if str(effective.get("strategy", "")).startswith(MULTIUAT_PREFIX):  # save the two fields it stands for
-        effective.update(strategy=training.strategy, measure=training.measure)
+    if effective.get("strategy", training.strategy) != training.strategy:  # a variant (multiuat-entsent): save the
+        variant = training.strategy_class.variant_field                     # two fields it stands for
+        effective.update({"strategy": training.strategy, variant: getattr(training, variant)})
     return training, data, model, run_args, Recipe(portable_paths(effective))
 
 
