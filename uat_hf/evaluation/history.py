@@ -56,7 +56,7 @@ def load_history(history_or_output_dir: HistorySource) -> list[dict[str, Any]]:
         raise FileNotFoundError(
             f"No balancing history at {str(path)!r}. {HISTORY_FILE} is written into the training output_dir when "
             "training starts (a static strategy records its p once) and at each balancing update of a dynamic "
-            "strategy (multiuat or multidds-s, mixing-law, or one of your own). Point at the output_dir of a run "
+            "strategy (multiuat or multidds-s), of mixing-law or of one of your own. Point at the output_dir of a run "
             "that started training with this version of uat-hf."
         )
     records = []
