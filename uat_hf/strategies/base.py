@@ -77,6 +77,11 @@ class BalancingStrategy:
                 f"{config.strategy!r}. Remove it, or use strategy {owner!r}.")
 
     @classmethod
+    def describe(cls, fields: Mapping[str, Any]) -> str:
+        """The strategy and its main settings in a few words, for the model card; ``fields``: the run's recipe."""
+        return str(fields.get("strategy"))
+
+    @classmethod
     def prior_temperature_of(cls, config: Any) -> float | None:
         """τ of the prior under ``config`` (not called when ``corpus_probabilities`` gives p by hand)."""
         if cls.learns and getattr(config, "scorer_prior_temperature", None) is not None:

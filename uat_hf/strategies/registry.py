@@ -26,8 +26,8 @@ from ..sampling.distribution import CorpusDistribution
 from ..sampling.priors import temperature_prior
 from .base import BalancingStrategy
 
-__all__ = ["ENTRY_POINT_GROUP", "available_strategies", "build_distribution", "get_strategy", "register_strategy",
-           "split_variant"]
+__all__ = ["ENTRY_POINT_GROUP", "available_strategies", "build_distribution", "describe_strategy", "get_strategy",
+           "register_strategy", "split_variant"]
 
 #: The entry-point group installed packages register their strategies in.
 ENTRY_POINT_GROUP = "uat_hf.strategies"
@@ -106,6 +106,16 @@ def get_strategy(name: str) -> type[BalancingStrategy]:
         f"Unknown strategy {name!r}; choose one of {', '.join(available_strategies())}, or name an importable "
         "class as module:Class (a subclass of uat_hf.strategies.base.BalancingStrategy)."
     )
+
+
+def describe_strategy(fields: Mapping[str, object]) -> str:
+    """The recipe's strategy in a few words (:meth:`~uat_hf.strategies.base.BalancingStrategy.describe`), or its bare
+    name when it cannot be found here (a model card written where an outside strategy is not installed)."""
+    name = str(fields.get("strategy", "proportional"))
+    try:
+        return get_strategy(name).describe({**fields, "strategy": name})
+    except (ValueError, TypeError):
+        return name
 
 
 def build_distribution(name: str, sizes: Mapping[str, int], *, temperature: float | None = None,

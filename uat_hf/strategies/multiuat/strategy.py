@@ -42,6 +42,12 @@ class MultiUAT(ScorerStrategy):
         reward.check_model(model, accelerator)
         return reward
 
+    @classmethod
+    def describe(cls, fields: Mapping[str, Any]) -> str:
+        get = fields.get
+        return (f"{get('strategy')} (measure {get('measure', 'enteos')}, K={get('mc_samples', 30)}, "
+                f"S={get('update_every', 1000)})")
+
     def log_fields(self, fields: Mapping[str, Any]) -> dict[str, float]:
         logged = super().log_fields(fields)
         if "mc_samples_used" in fields:
