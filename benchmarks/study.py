@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from uat_hf.sampling.distribution import STATIC_STRATEGIES
+from uat_hf.strategies.registry import get_strategy, split_variant
 from uat_hf.utils.checkpoints import checkpoint_folders, last_complete_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +170,7 @@ class Study:
         """The best static prior of ``group`` and the seeds it was chosen on, or ``None`` while some static
         prior has trained none of the seeds the others have."""
         static = [cell for cell in self.cells()
-                  if "-".join(parts(cell)[:2]) == group and parts(cell)[2] in STATIC_STRATEGIES]
+                  if "-".join(parts(cell)[:2]) == group and not get_strategy(split_variant(parts(cell)[2])[0]).learns]
         seeds = None
         for cell in static:
             trained = {int(p.name[4:]) for p in self._seed_dirs(cell) if self.trained(Run(cell, int(p.name[4:])))}

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..utils.checkpoints import HISTORY_FILE
 
-__all__ = ["COMMON_FIELDS", "HistorySource", "load_history", "strategy_fields"]
+__all__ = ["COMMON_FIELDS", "HistorySource", "load_history", "strategy_fields", "update_records"]
 
 #: The top-level fields of every record, whatever the strategy.
 COMMON_FIELDS = ("step", "strategy", "prior", "probabilities", "skipped", "seconds")
@@ -35,6 +35,12 @@ def strategy_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(own, Mapping):
         return dict(own)
     return {key: value for key, value in record.items() if key not in COMMON_FIELDS}
+
+
+def update_records(history: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The records of balancing updates: all but a static strategy's record of its p at step 0 (updates come
+    after an optimizer step)."""
+    return [dict(record) for record in history if int(record["step"]) > 0]
 
 
 def load_history(history_or_output_dir: HistorySource) -> list[dict[str, Any]]:

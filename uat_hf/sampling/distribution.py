@@ -139,10 +139,10 @@ class CorpusDistribution:
         self._mix_changed(before, accepted)
         return self._record(step, proposal.fields, proposal.skipped)
 
-    def record_start(self, step: int = 0) -> dict[str, Any]:
-        """The record of a static strategy, written once when training starts: its p (the prior), so that every
-        run, learned or not, leaves a p trace to plot and compare."""
-        return self._record(step, {}, None)
+    def record_start(self) -> dict[str, Any]:
+        """The record of a static strategy, written once when training starts (at step 0, where its p holds from):
+        its p, so that every run, learned or not, leaves a p trace to plot and compare."""
+        return self._record(0, {}, None)
 
     def _mix_changed(self, before: np.ndarray, accepted: bool) -> None:
         if accepted or not np.array_equal(before, self.probabilities):

@@ -170,7 +170,7 @@ class CorpusBalancingCallback(TrainerCallback):
         self._history = HistoryFile(os.path.join(args.output_dir, HISTORY_FILE), writes=args.should_save)
         self._history.restore(0)  # a new run into an old output_dir, or a restart at the prior: only its own records
         if not self.distribution.is_dynamic:
-            self._finish(self.distribution.record_start(state.global_step))  # a static p leaves its trace too
+            self._finish(self.distribution.record_start())  # a static p leaves its trace too, at step 0
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         # The Trainer cannot always reach a sampler wrapped by accelerate (e.g. after skip_first_batches on
