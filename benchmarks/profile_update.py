@@ -145,7 +145,8 @@ def profile(options: argparse.Namespace, tokenizer: Any, data: dict, strategy: s
     return {"strategy": strategy, "update_seconds": profiler.seconds, "parts": profiler.parts,
             "step_seconds": profiler.step_seconds, "step_tokens": profiler.step_tokens,
             "dev_target_tokens": targets, "dev_padded_tokens": padded,
-            "operators": profiler.operators, "mc_samples_used": [strategy_fields(r).get("mc_samples_used") for r in history]}
+            "operators": profiler.operators,
+            "mc_samples_used": [strategy_fields(r).get("mc_samples_used") for r in history]}
 
 
 def report(result: dict[str, Any], options: argparse.Namespace, corpora: int) -> None:

@@ -178,7 +178,8 @@ def test_mixing_law_knobs_are_refused_with_other_strategies_and_checked_with_it(
     config = UATConfig(output_dir=str(tmp_path), strategy="mixing-law", mixing_law_ema=0.1, scorer_prior_temperature=2)
     assert config.is_dynamic and MixingLaw.settings_of(config) == MixingLawSettings(ema=0.1)
     distribution = config.corpus_distribution({"a": 90, "b": 10})
-    assert isinstance(distribution.proposer, MixingLaw) and distribution.proposer.settings == MixingLawSettings(ema=0.1)
+    assert isinstance(distribution.proposer, MixingLaw)
+    assert distribution.proposer.settings == MixingLawSettings(ema=0.1)
     np.testing.assert_allclose(distribution.prior, [0.75, 0.25])  # τ = 2: 3:1
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from plugins.dev_loss_strategy import DevLossShare
 
 from conftest import launch_two_ranks
-from plugins.dev_loss_strategy import DevLossShare
 from uat_hf import register_strategy
 from uat_hf.evaluation.plotting import PROBABILITIES_PNG, plot_run
 from uat_hf.models.presets import build_model

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from uat_hf.strategies import scorer as scorer_module
 from uat_hf.sampling.priors import validate_probabilities
+from uat_hf.strategies import scorer as scorer_module
 from uat_hf.strategies.scorer import PRIOR_FITS, RELEASED_FIT_TOLERANCE, CorpusScorer, NonFiniteRewardError
 
 NAMES = ["bible", "descriptions", "dictionary", "software"]

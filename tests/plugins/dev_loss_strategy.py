@@ -15,7 +15,7 @@ from uat_hf.strategies.mixing_law.dev_loss import DevLoss
 
 
 class DevLossShare(BalancingStrategy):
-    """Every ``update_every`` steps, p ∝ an EMA of each corpus's dev loss: the corpora the model fits worst get more."""
+    """Every ``update_every`` steps, p ∝ an EMA of each corpus's dev loss: the corpora fitted worst get more."""
 
     config_fields: ClassVar[tuple[str, ...]] = ()  # it reads update_every only
 

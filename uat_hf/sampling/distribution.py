@@ -4,8 +4,9 @@ p is what the library exists to change, so exactly one object holds it: :class:`
 owns the prior p starts from, p itself, the count of balancing updates and their history. Strategies
 (:mod:`uat_hf.strategies`) only *propose*: the callback hands each measurement to
 :meth:`CorpusDistribution.measured`, which asks the strategy for a proposal, moves p, counts the update and
-builds the update's one history record (the same top-level fields for every strategy, the strategy's own under its name). Static
-strategies keep p at the prior and record it once, at the start (:meth:`CorpusDistribution.record_start`).
+builds the update's one history record (the same top-level fields for every strategy, the strategy's own
+under its name). Static strategies keep p at the prior and record it once, at the start
+(:meth:`CorpusDistribution.record_start`).
 
 The sampler reads :attr:`CorpusDistribution.probabilities`, the mix it draws with: p, unless the strategy
 asks for another mix for a while (mixing-law's probe windows), which it derives from p and its own state,

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..utils.names import check_exact_names
 
+
 def temperature_prior(sizes: Sequence[int] | Mapping[str, int], temperature: float) -> np.ndarray:
     """q_τ(n) ∝ (M_n / Σ M)^(1/τ): τ = 1 proportional to corpus size, τ = ∞ uniform.
 

@@ -34,7 +34,8 @@ __all__ = ["BalancingStrategy", "Measurement", "Proposal"]
 
 
 class BalancingStrategy:
-    """Base class of a balancing strategy; register a subclass with :func:`~uat_hf.strategies.registry.register_strategy`.
+    """Base class of a balancing strategy; register a subclass with
+    :func:`~uat_hf.strategies.registry.register_strategy` (docs/strategies.md).
 
     Args:
         names: the corpus names, in the order of every probability vector.
