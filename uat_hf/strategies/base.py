@@ -53,6 +53,8 @@ class BalancingStrategy:
     config_fields: ClassVar[tuple[str, ...]] = ()
     #: What p follows, in the refusal of :meth:`~uat_hf.sampling.distribution.CorpusDistribution.set_probabilities`.
     learned_by: ClassVar[str] = "its strategy"
+    #: The name the class was registered under (set by ``register_strategy``), for its messages.
+    registered_name: ClassVar[str] = ""
 
     def __init__(self, names: Sequence[str], prior: Sequence[float], **knobs: Any) -> None:
         if knobs:
@@ -73,7 +75,7 @@ class BalancingStrategy:
     def foreign_use(cls, config: Any, chosen: type[BalancingStrategy], given: dict[str, Any]) -> str:
         """The refusal of this strategy's knobs ``given`` (name → value) under another strategy, ``chosen``: set
         there, they would silently do nothing."""
-        owner = getattr(cls, "registered_name", cls.__name__)
+        owner = cls.registered_name or cls.__name__
         return (f"{', '.join(f'{k}={v}' for k, v in given.items())} set(s) strategy {owner!r}, but strategy is "
                 f"{config.strategy!r}. Remove it, or use strategy {owner!r}.")
 

@@ -158,7 +158,7 @@ class UATTrainer(Seq2SeqTrainer):
 
     @property
     def corpus_distribution(self) -> CorpusDistribution:
-        """The live corpus distribution p (its prior, scorer, updates and history)."""
+        """The live corpus distribution p (its prior, strategy, updates and history)."""
         return self.balancing.distribution
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
