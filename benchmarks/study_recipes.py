@@ -223,7 +223,7 @@ def study_strategies() -> list[str]:
         cls = get_strategy(name)
         if not cls.__module__.startswith("uat_hf.") or (not cls.learns and cls.prior_temperature is None):
             continue
-        names += [f"{name}-{m}" for m in MULTIUAT_MEASURES] if getattr(cls, "variant_field", None) else [name]
+        names += [f"{name}-{m}" for m in MULTIUAT_MEASURES] if cls.variant_field else [name]
     return names
 
 

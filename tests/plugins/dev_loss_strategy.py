@@ -6,7 +6,7 @@ name, resumes it and runs it on two processes, through the same code paths as a 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -16,8 +16,6 @@ from uat_hf.strategies.mixing_law.dev_loss import DevLoss
 
 class DevLossShare(BalancingStrategy):
     """Every ``update_every`` steps, p ∝ an EMA of each corpus's dev loss: the corpora fitted worst get more."""
-
-    config_fields: ClassVar[tuple[str, ...]] = ()  # it reads update_every only
 
     def __init__(self, names, prior, *, ema: float = 0.5) -> None:
         super().__init__(names, prior)

@@ -55,6 +55,8 @@ class BalancingStrategy:
     learned_by: ClassVar[str] = "its strategy"
     #: The name the class was registered under (set by ``register_strategy``), for its messages.
     registered_name: ClassVar[str] = ""
+    #: A ``UATConfig`` field that the spelling ``<name>-<value>`` sets (MultiUAT: ``measure``); ``None``: no variants.
+    variant_field: ClassVar[str | None] = None
 
     def __init__(self, names: Sequence[str], prior: Sequence[float], **knobs: Any) -> None:
         if knobs:

@@ -10,8 +10,8 @@ so that ``uat-train --strategy NAME``, ``UATConfig(strategy=NAME)`` and a resume
 * an importable ``module:Class`` spelled as the name itself (``--strategy my_pkg.mix:MyMix``).
 
 A strategy may also take a *variant* spelling ``<name>-<value>`` that sets one of its knobs
-(:attr:`~uat_hf.strategies.base.BalancingStrategy` subclasses with ``variant_field``; ``multiuat-entsent`` is
-MultiUAT with measure ``entsent``).
+(:attr:`~uat_hf.strategies.base.BalancingStrategy.variant_field`; ``multiuat-entsent`` is MultiUAT with measure
+``entsent``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def split_variant(name: str) -> tuple[str, str | None]:
     if name in _REGISTRY:
         return name, None
     for known, cls in _REGISTRY.items():
-        if getattr(cls, "variant_field", None) and name.startswith(f"{known}-") and len(name) > len(known) + 1:
+        if cls.variant_field and name.startswith(f"{known}-") and len(name) > len(known) + 1:
             return known, name[len(known) + 1:]
     return name, None
 

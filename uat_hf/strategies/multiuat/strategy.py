@@ -20,7 +20,7 @@ class MultiUAT(ScorerStrategy):
 
     config_fields: ClassVar[tuple[str, ...]] = ("mc_tolerance",)
     #: ``multiuat-<measure>`` sets ``measure``.
-    variant_field: ClassVar[str] = "measure"
+    variant_field: ClassVar[str | None] = "measure"
 
     @classmethod
     def check_config(cls, config: Any) -> None:
