@@ -35,6 +35,8 @@ ENTRY_POINT_GROUP = "uat_hf.strategies"
 _BUILTIN_MODULES = (".static", ".multiuat.strategy", ".multidds_s.strategy", ".mixing_law.strategy")
 
 _REGISTRY: dict[str, type[BalancingStrategy]] = {}
+#: Classes named as ``module:Class``, imported once (not listed by :func:`available_strategies`).
+_IMPORTED: dict[str, type[BalancingStrategy]] = {}
 _builtins_loaded = False
 
 
@@ -96,12 +98,17 @@ def get_strategy(name: str) -> type[BalancingStrategy]:
     if point is not None:
         return register_strategy(name, point.load())
     if ":" in name:
-        module, _, attribute = name.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module), attribute)
-        except (ImportError, AttributeError) as error:
-            raise ValueError(f"Strategy {name!r} names no importable class ({error}).") from error
-        return register_strategy(name, cls)
+        if name not in _IMPORTED:
+            module, _, attribute = name.partition(":")
+            try:
+                cls = getattr(importlib.import_module(module), attribute)
+            except (ImportError, AttributeError) as error:
+                raise ValueError(f"Strategy {name!r} names no importable class ({error}).") from error
+            if not (isinstance(cls, type) and issubclass(cls, BalancingStrategy)):
+                raise TypeError(f"Strategy {name!r} must be a subclass of uat_hf.strategies.base.BalancingStrategy, "
+                                f"got {cls!r}.")
+            _IMPORTED[name] = cls
+        return _IMPORTED[name]
     raise ValueError(
         f"Unknown strategy {name!r}; choose one of {', '.join(available_strategies())}, or name an importable "
         "class as module:Class (a subclass of uat_hf.strategies.base.BalancingStrategy)."

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .base import BalancingStrategy, Measurement, Proposal
-from .scorer import PRIOR_FITS, CorpusScorer, NonFiniteRewardError
+from .scorer import CorpusScorer, NonFiniteRewardError
 
 __all__ = ["ScorerStrategy"]
 
@@ -39,9 +39,6 @@ class ScorerStrategy(BalancingStrategy):
 
     @classmethod
     def check_config(cls, config: Any) -> None:
-        if config.scorer_prior_fit not in PRIOR_FITS:
-            raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
-                             f"{config.scorer_prior_fit!r}.")
         if config.scorer_lr == 0 and config.scorer_prior_fit == "released":
             raise ValueError(
                 "scorer_lr=0 cannot fit the scorer to its prior (scorer_prior_fit='released' uses the scorer's Adam); "

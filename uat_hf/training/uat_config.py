@@ -121,7 +121,7 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         if self.scorer_prior_fit not in PRIOR_FITS:
             raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
                              f"{self.scorer_prior_fit!r}.")
-        strategy.check_config(self)
+        strategy.check_config(self)  # the strategy's own knobs (a static prior's: hand-given probabilities or none)
         if self.mc_batch_mode not in MC_BATCH_MODES:
             raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")
         if self.is_dynamic and self.max_steps > 0 and self.update_every >= self.max_steps:
@@ -213,9 +213,7 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
                 "with strategy 'temperature'."
             )
         if self.corpus_probabilities is None:
-            return
-        if not self.is_dynamic and self.strategy_class.prior_temperature is not None:
-            self.strategy_class.check_config(self)  # a static prior of its own refuses hand-given probabilities
+            return  # (whether a strategy takes them at all, its check_config says)
         if self.scorer_prior_temperature is not None:
             raise ValueError(
                 "Give either scorer_prior_temperature or corpus_probabilities, not both: the hand-given probabilities "
