@@ -41,12 +41,10 @@ _builtins_loaded = False
 
 
 def register_strategy(name: str, cls: type[BalancingStrategy]) -> type[BalancingStrategy]:
-    """Make strategy class ``cls`` available as ``strategy=name``; returns ``cls`` (usable as a decorator's body).
+    """Make strategy class ``cls`` available as ``strategy=name``; returns ``cls``.
 
     Registering a name again with another class is refused (two packages would fight over it silently)."""
-    if not (isinstance(cls, type) and issubclass(cls, BalancingStrategy)):
-        raise TypeError(f"Strategy {name!r} must be a subclass of uat_hf.strategies.base.BalancingStrategy, "
-                        f"got {cls!r}.")
+    _check_class(name, cls)
     if not name or name != name.strip():
         raise ValueError(f"A strategy name must be a non-empty word, got {name!r}.")
     known = _REGISTRY.get(name)
@@ -56,6 +54,12 @@ def register_strategy(name: str, cls: type[BalancingStrategy]) -> type[Balancing
     if "registered_name" not in vars(cls):
         cls.registered_name = name  # the name its refusals and messages use
     return cls
+
+
+def _check_class(name: str, cls: object) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, BalancingStrategy)):
+        raise TypeError(f"Strategy {name!r} must be a subclass of uat_hf.strategies.base.BalancingStrategy, "
+                        f"got {cls!r}.")
 
 
 def _load_builtins() -> None:
@@ -104,9 +108,7 @@ def get_strategy(name: str) -> type[BalancingStrategy]:
                 cls = getattr(importlib.import_module(module), attribute)
             except (ImportError, AttributeError) as error:
                 raise ValueError(f"Strategy {name!r} names no importable class ({error}).") from error
-            if not (isinstance(cls, type) and issubclass(cls, BalancingStrategy)):
-                raise TypeError(f"Strategy {name!r} must be a subclass of uat_hf.strategies.base.BalancingStrategy, "
-                                f"got {cls!r}.")
+            _check_class(name, cls)
             _IMPORTED[name] = cls
         return _IMPORTED[name]
     raise ValueError(
