@@ -11,13 +11,14 @@ alone, like the rest of the page.
 
 from __future__ import annotations
 
-import json
 import statistics
 
 from study_recipes import BROKEN_CORPUS, KNOWN_ANSWER, fixed_prior
 from study_stats import detectable, mean_sd, num
 
-from uat_hf.sampling.priors import STATIC_TEMPERATURES, temperature_prior
+from uat_hf.evaluation.history import load_history
+from uat_hf.sampling.priors import temperature_prior
+from uat_hf.strategies.registry import get_strategy
 
 
 def is_known_answer(group: str) -> bool:
@@ -39,14 +40,13 @@ def final_p(run) -> dict[str, float] | None:
     """p at the end of a run: the last balancing update of a dynamic strategy, else the static prior of its recipe
     (a fixed prior's corpus_probabilities, or the temperature prior over the training sizes of its train.log)."""
     if run.history.is_file():
-        lines = [line for line in run.history.read_text().splitlines() if line.strip()]
-        if lines:
-            return json.loads(lines[-1])["probabilities"]
+        return load_history(run.history)[-1]["probabilities"]
     strategy = run.recipe.get("strategy")
     if strategy == "fixed":
         return run.recipe.get("corpus_probabilities") or fixed_prior(run.group.split("-")[0], _share(run.strategy))
-    if strategy in STATIC_TEMPERATURES and run.train_sizes:
-        tau = run.recipe.get("sampling_temperature") or STATIC_TEMPERATURES[strategy]
+    tau = get_strategy(strategy).prior_temperature if strategy else None
+    if tau is not None and run.train_sizes:  # a temperature prior archived before static runs kept a history
+        tau = run.recipe.get("sampling_temperature") or tau
         return dict(zip(run.train_sizes, temperature_prior(run.train_sizes, tau).tolist()))
     return None
 

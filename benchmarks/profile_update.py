@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from training_overhead import add_setup_arguments, load_data, make_trainer, padded_tokens
 
-from uat_hf.evaluation.plotting import load_history
+from uat_hf.evaluation.history import load_history, strategy_fields
 from uat_hf.utils.checkpoints import HISTORY_FILE
 
 #: (indent, label, [(file name ending, function name), ...]): the parts of one update, by cumulative time.
@@ -145,7 +145,8 @@ def profile(options: argparse.Namespace, tokenizer: Any, data: dict, strategy: s
     return {"strategy": strategy, "update_seconds": profiler.seconds, "parts": profiler.parts,
             "step_seconds": profiler.step_seconds, "step_tokens": profiler.step_tokens,
             "dev_target_tokens": targets, "dev_padded_tokens": padded,
-            "operators": profiler.operators, "mc_samples_used": [r.get("mc_samples_used") for r in history]}
+            "operators": profiler.operators,
+            "mc_samples_used": [strategy_fields(r).get("mc_samples_used") for r in history]}
 
 
 def report(result: dict[str, Any], options: argparse.Namespace, corpora: int) -> None:

@@ -21,8 +21,8 @@ import pyarrow as pa
 import torch
 from datasets import Dataset, load_from_disk
 
-from uat_hf.sampling.distribution import CorpusDistribution
 from uat_hf.sampling.sampler import CorpusBatchSampler
+from uat_hf.strategies.registry import build_distribution
 
 
 def synthetic_corpus(rng: np.random.Generator, size: int, vocab: int = 8000) -> Dataset:
@@ -83,7 +83,7 @@ def main() -> None:
         corpora = {f"c{i}": load_from_disk(str(Path(tmp) / f"c{i}")) for i in range(options.corpora)}  # memory-mapped
 
         start = time.perf_counter()
-        distribution = CorpusDistribution.for_strategy("temperature", {n: len(d) for n, d in corpora.items()})
+        distribution = build_distribution("temperature", {n: len(d) for n, d in corpora.items()})
         sampler = CorpusBatchSampler.from_datasets(corpora, distribution, max_tokens=options.max_tokens, seed=0)
         iterator = iter(sampler)
         next(iterator)

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import yaml
 
-from uat_hf.sampling.distribution import STATIC_STRATEGIES
+from uat_hf.strategies.registry import get_strategy, split_variant
 from uat_hf.utils.checkpoints import checkpoint_folders, last_complete_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, however this one is loaded
@@ -185,7 +185,7 @@ class Study:
             seeds = sorted(self._trained_seeds(cell))
             return (cell, seeds) if cell in self.cells() and seeds else None
         static = [cell for cell in self.cells()
-                  if "-".join(parts(cell)[:2]) == group and parts(cell)[2] in STATIC_STRATEGIES]
+                  if "-".join(parts(cell)[:2]) == group and not get_strategy(split_variant(parts(cell)[2])[0]).learns]
         seeds = None
         for cell in static:
             trained = self._trained_seeds(cell)

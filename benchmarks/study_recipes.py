@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes" / "study"
-STRATEGIES = ("proportional", "temperature", "uniform", "multidds-s",
-              "multiuat-enteos", "multiuat-exptp", "multiuat-entsent", "mixing-law")
+#: The MultiUAT measures the study compares (one cell each, spelled multiuat-<measure>).
+MULTIUAT_MEASURES = ("enteos", "exptp", "entsent")
 SCORER_STEPS = 200  # UATConfig's default, the released code's 200 Adam steps per update
 
 # Training pairs after cleaning (uat-train's "data:" line; the multilingual counts are ../shared/corpora/README.md's,
@@ -338,9 +338,23 @@ def _fixed_prior_of(setup: str, strategy: str) -> dict[str, float] | None:
     return None
 
 
+def study_strategies() -> list[str]:
+    """The study's strategies, from uat_hf's registry: every built-in one but ``fixed`` (it needs hand-given
+    probabilities), a strategy with variants once per variant (MultiUAT: :data:`MULTIUAT_MEASURES`)."""
+    from uat_hf.strategies.registry import available_strategies, get_strategy
+
+    names = []
+    for name in available_strategies():
+        cls = get_strategy(name)
+        if not cls.__module__.startswith("uat_hf.") or (not cls.learns and cls.prior_temperature is None):
+            continue
+        names += [f"{name}-{m}" for m in MULTIUAT_MEASURES] if cls.variant_field else [name]
+    return names
+
+
 def all_recipes() -> dict[str, str]:
     """File name → text, for every (setup, regime) and strategy, and every known-answer cell."""
-    cells = [(setup, regime, strategy) for setup, regime in REGIMES for strategy in STRATEGIES]
+    cells = [(setup, regime, strategy) for setup, regime in REGIMES for strategy in study_strategies()]
     return {f"{setup}-{regime}-{strategy}.yaml": recipe_text(setup, regime, strategy)
             for setup, regime, strategy in cells + known_answer_cells()}
 

@@ -29,6 +29,8 @@ from known_answer_report import is_known_answer, known_answer_lines
 from study_stats import T_975, detectable, mean_sd  # noqa: F401 (T_975, detectable: this module's API too)
 from study_stats import num as _num
 
+from uat_hf.evaluation.history import load_history, strategy_fields
+
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ("proportional", "temperature", "uniform")
 ORDER = STATIC + ("oracle", "multidds-s", "multiuat-enteos", "multiuat-exptp", "multiuat-entsent", "mixing-law")
@@ -174,7 +176,7 @@ def law_prediction(history: list[dict]) -> list[float]:
     for remains: which corpus helps which. Returns Pearson's r of the two, one per predicted phase.
     """
     scores = []
-    for previous, record in zip(history, history[1:]):
+    for previous, record in zip(map(strategy_fields, history), map(strategy_fields, history[1:])):
         law, losses = np.asarray(previous["law"]), np.asarray(record["probe_losses"])
         mixes, order = np.asarray(record["probe_mixes"]), record["probe_order"]
         measured = losses[:len(order)] - losses[1:len(order) + 1]
@@ -190,15 +192,14 @@ def law_table(runs: list[ArchivedRun]) -> list[str]:
     chosen = [r for r in runs if r.strategy == TARGET and r.history.is_file()]
     if not chosen:
         return []
-    corpora = sorted(chosen[0].train_sizes) or sorted(json.loads(chosen[0].history.read_text().splitlines()[0])[
-        "probabilities"])
+    corpora = sorted(chosen[0].train_sizes) or sorted(load_history(chosen[0].history)[0]["probabilities"])
     lines = ["How well each fitted law predicted the next probe phase (Pearson r of the measured and the predicted "
              "dev-loss falls of its windows, centred per dev corpus; 0 is no skill), and p at the end against the "
              "prior (the share of training examples).", "",
              f"| seed | updates | r, mean | r > 0 | {' | '.join(f'p {c} (prior)' for c in corpora)} |",
              "|---" * (4 + len(corpora)) + "|"]
     for run in sorted(chosen, key=lambda r: r.seed):
-        history = [json.loads(line) for line in run.history.read_text().splitlines() if line.strip()]
+        history = load_history(run.history)
         scores, final = law_prediction(history), history[-1]["probabilities"]
         total = sum(run.train_sizes.values())
         shares = [f"{final[c]:.3f} ({run.train_sizes[c] / total:.3f})" if total else f"{final[c]:.3f}"

@@ -42,7 +42,7 @@ import torch
 
 from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.data.tokenization import train_joint_tokenizer
-from uat_hf.evaluation.plotting import load_history
+from uat_hf.evaluation.history import load_history, update_records
 from uat_hf.models.presets import build_model
 from uat_hf.strategies.mixing_law.law import MixingLawSettings
 from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward
@@ -204,7 +204,7 @@ def timed_run(options: argparse.Namespace, tokenizer: Any, data: dict, strategy:
         except torch.OutOfMemoryError as oom:  # a result: e.g. K copies of a 256K-entry output layer
             error = f"out of memory: {str(oom).splitlines()[0]}"
         seconds = time.perf_counter() - start
-        history = load_history(out) if (Path(out) / HISTORY_FILE).exists() else []
+        history = update_records(load_history(out)) if (Path(out) / HISTORY_FILE).exists() else []
         run = Run(strategy, seconds, sum(r["seconds"] for r in history), len(history), tokens[0], error=error)
         if memory is not None:
             run.step_peak_mb, run.update_peak_mb = (memory.peaks[k] / 2**20 for k in ("step", "update"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,28 @@ def test_mixing_law_two_ranks_agree_inside_and_after_the_probe_windows(tmp_path)
     expected = [sum(len(range(r, sum(shape), 2)) for shape in shapes) for r in (0, 1)]
     assert [ranks[r][-1]["forwards"] for r in (0, 1)] == expected
     assert sum(expected) == sum(map(sum, shapes))
+
+
+@pytest.mark.distributed
+def test_mixing_law_on_two_ranks_resumes_exactly_from_inside_a_probe_window(tmp_path):
+    """Issue 34 on two processes: checkpoint-11 falls inside window 1 of the second probe phase (measurements at 5-9,
+    the update at 9, then 10-14, the update at 14), after an update; resumed there, both ranks end as the
+    uninterrupted run."""
+    script = HERE / "distributed" / "mixing_law_run.py"
+    launch_two_ranks(script, tmp_path / "full", "15", "11")
+    shutil.copytree(tmp_path / "full" / "run" / "checkpoint-11", tmp_path / "resumed" / "run" / "checkpoint-11")
+    shutil.copy(tmp_path / "full" / "run" / "balancing_history.jsonl", tmp_path / "resumed" / "run")
+    saved = json.loads((tmp_path / "full" / "run" / "checkpoint-11" / "uat_balancing_state.json").read_text())
+    assert saved["distribution"]["strategy_state"]["phase"]["start"] == 10  # inside the phase, after the update
+    launch_two_ranks(script, tmp_path / "resumed", "15", "11", "resume")
+    full, resumed = rank_traces(tmp_path / "full"), rank_traces(tmp_path / "resumed")
+    for r in (0, 1):
+        assert [step["step"] for step in resumed[r]] == [12, 13, 14, 15]
+        for a, b in zip(full[r][-4:], resumed[r]):
+            assert (a["p"], a["sampler"], a["law"]) == (b["p"], b["sampler"], b["law"])
+        assert (tmp_path / "full" / f"weights{r}").read_text() == (tmp_path / "resumed" / f"weights{r}").read_text()
+    drop = [{k: v for k, v in h.items() if k != "seconds"} for h in json_lines(tmp_path / "full" / "run" /
+                                                                                "balancing_history.jsonl")]
+    assert [h["step"] for h in drop] == [9, 14]
+    assert [{k: v for k, v in h.items() if k != "seconds"}
+            for h in json_lines(tmp_path / "resumed" / "run" / "balancing_history.jsonl")] == drop

@@ -266,10 +266,11 @@ def test_trainer_with_multidds_s_records_the_cosine_matrix(tmp_path, corpora, to
     names = list(corpora["train"])
     for record in records:
         assert list(record["probabilities"]) == names
-        cosine = np.asarray(record["cosine"])
+        own = record["multidds-s"]
+        cosine = np.asarray(own["cosine"])
         assert cosine.shape == (4, 4) and np.isfinite(cosine).all() and (np.abs(cosine) <= 1).all()
-        assert record["cosine_axes"] == {"rows": "train", "columns": "dev"}
-        np.testing.assert_allclose([record["rewards"][n] for n in names], cosine.mean(axis=1))
+        assert own["cosine_axes"] == {"rows": "train", "columns": "dev"}
+        np.testing.assert_allclose([own["rewards"][n] for n in names], cosine.mean(axis=1))
         assert sum(record["probabilities"].values()) == pytest.approx(1.0)
     assert records[0]["probabilities"] != records[1]["probabilities"]
 
@@ -297,5 +298,5 @@ def test_two_processes_hold_identical_probabilities(tmp_path):
     assert len(history) == 3
     for record, logged in zip(history, logs[0]):
         assert list(record["probabilities"].values()) == logged["p"]
-        assert np.asarray(record["cosine"]).shape == (4, 4)
-        assert np.count_nonzero(np.asarray(record["cosine"])) == 16  # both ranks' rows arrived
+        assert np.asarray(record["multidds-s"]["cosine"]).shape == (4, 4)
+        assert np.count_nonzero(np.asarray(record["multidds-s"]["cosine"])) == 16  # both ranks' rows arrived

@@ -16,9 +16,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "uat_hf"
 
 #: Bottom to top: the subpackages of uat_hf (CONTRIBUTING.md, "Layout").
 LAYERS: list[str] = ["utils", "data", "models", "sampling", "strategies", "evaluation", "training", "cli"]
-#: Upward imports still to remove: the distribution builds the scorer and the mixing law itself until the
-#: strategies plug in through their registry (issue 35). Nothing may be added here.
-PENDING_UPWARD = {"uat_hf.sampling.distribution": {"uat_hf.strategies.mixing_law.law", "uat_hf.strategies.scorer"}}
 #: Lines a module of one job may have.
 MAX_LINES = 400
 
@@ -62,8 +59,7 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
 def test_imports_run_one_way(path):
     own = layer_of(module_name(path))
-    pending = PENDING_UPWARD.get(module_name(path), set())
-    upward = sorted(m for m in imported_modules(path) if layer_of(m) > own and m not in pending)
+    upward = sorted(m for m in imported_modules(path) if layer_of(m) > own)
     assert not upward, f"{module_name(path)} ({LAYERS[own]}) imports {upward} from a layer above it"
 
 

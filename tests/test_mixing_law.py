@@ -11,9 +11,7 @@ import torch
 
 from uat_hf.evaluation.plotting import plot_run
 from uat_hf.models.presets import build_model
-from uat_hf.sampling.distribution import CorpusDistribution
 from uat_hf.strategies.mixing_law.law import (
-    MixingLaw,
     MixingLawSettings,
     fit_law,
     law_step,
@@ -23,6 +21,8 @@ from uat_hf.strategies.mixing_law.law import (
     probe_order,
     smooth_law,
 )
+from uat_hf.strategies.mixing_law.strategy import MixingLaw
+from uat_hf.strategies.registry import build_distribution
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer
 from uat_hf.utils.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE
@@ -110,44 +110,56 @@ def test_the_fit_recovers_a_known_law_and_a_linear_trend_cannot_move_p():
 
 def test_mixing_law_state_runs_one_phase_and_moves_p_toward_the_corpus_that_helps():
     settings = MixingLawSettings(window_steps=2, sweeps=2, ema=0.0, anchor=0.0)
-    law = MixingLaw([0.5, 0.3, 0.2], settings)
+    distribution = build_distribution("mixing-law", {"a": 5, "b": 3, "c": 2}, probabilities=[0.5, 0.3, 0.2],
+                                      settings=settings)
+    law = distribution.proposer
     true_law = np.array([[0.01, 0.0, 0.05], [0.0, 0.01, 0.05], [0.0, 0.0, 0.05]])  # corpus 2 helps everyone
     rng = np.random.default_rng(0)
     assert not law.measures_at(3, 5) and law.measures_at(5, 5)
     loss = np.array([5.0, 4.0, 3.0])
-    assert law.measured(5, loss, rng) is None
+    assert distribution.measured(5, loss, rng=rng) is None
     steps = 5
     while True:
-        q = law.sampling_probabilities()
-        assert q.tolist() in probe_mixes(law.p, 0.5).tolist()  # the sampler draws with the window's probe mix
+        q = distribution.probabilities
+        assert q.tolist() in probe_mixes(distribution.p, 0.5).tolist()  # the sampler draws the window's probe mix
+        np.testing.assert_array_equal(distribution.p, [0.5, 0.3, 0.2])  # p itself stays until the law is fitted
         steps += settings.window_steps
         assert law.measures_at(steps, 5)
         loss = loss - settings.window_steps * true_law @ q
-        result = law.measured(steps, loss, rng)
+        result = distribution.measured(steps, loss, rng=rng)
         if result is not None:
             break
     assert steps == 5 + settings.probe_steps(3)
-    np.testing.assert_allclose(result["law"], true_law, atol=1e-12)
-    assert law.phase is None and law.p[2] > 0.2 and law.p.sum() == pytest.approx(1)
-    np.testing.assert_array_equal(law.sampling_probabilities(), law.p)
+    np.testing.assert_allclose(result["mixing-law"]["law"], true_law, atol=1e-12)
+    p = distribution.p
+    assert law.phase is None and p[2] > 0.2 and p.sum() == pytest.approx(1)
+    np.testing.assert_array_equal(distribution.probabilities, p)
+    assert result["probabilities"] == dict(zip("abc", p.tolist()))
 
 
 def test_distribution_state_round_trips_mid_phase_and_refuses_a_corrupt_p():
     settings = MixingLawSettings(window_steps=1, sweeps=1)
-    distribution = CorpusDistribution.for_strategy("mixing-law", {"a": 50, "b": 30, "c": 20}, mixing_law=settings)
+    distribution = build_distribution("mixing-law", {"a": 50, "b": 30, "c": 20}, settings=settings)
     rng = np.random.default_rng(0)
-    assert distribution.law_measured([3.0, 2.0, 1.0], 5, rng, {"step": 5}) is None
-    assert distribution.law_measured([2.9, 2.0, 1.0], 6, rng, {"step": 6}) is None
+    assert distribution.measured(5, [3.0, 2.0, 1.0], rng=rng) is None
+    assert distribution.measured(6, [2.9, 2.0, 1.0], rng=rng) is None
     assert distribution.version == 2 and not np.array_equal(distribution.probabilities, distribution.prior)
     state = json.loads(json.dumps(distribution.state_dict()))
-    restored = CorpusDistribution.for_strategy("mixing-law", {"a": 50, "b": 30, "c": 20}, mixing_law=settings)
+    assert state["probabilities"] == distribution.prior.tolist()  # p, not the probe mix of the window in progress
+    restored = build_distribution("mixing-law", {"a": 50, "b": 30, "c": 20}, settings=settings)
     restored.load_state_dict(state)
     assert restored.state_dict() == distribution.state_dict()
-    state["probabilities"] = distribution.law.p.tolist()  # not the probe mix of the window in progress
-    with pytest.raises(ValueError, match="mixing law samples"):
-        restored.load_state_dict(state)
-    other = CorpusDistribution.for_strategy("mixing-law", {"a": 50, "b": 30, "c": 20},
-                                            mixing_law=MixingLawSettings(window_steps=2, sweeps=1))
+    np.testing.assert_array_equal(restored.probabilities, distribution.probabilities)  # the same probe mix
+    corrupt = json.loads(json.dumps(state))
+    corrupt["strategy_state"]["phase"]["order"] = [0, 0, 1]  # not one sweep over the 3 corpora
+    with pytest.raises(ValueError, match="Inconsistent mixing-law state: the probe phase .* corrupt"):
+        restored.load_state_dict(corrupt)
+    corrupt = dict(state, version=0)  # p never changed, yet the window's probe mix is not p
+    with pytest.raises(ValueError, match="Inconsistent corpus distribution state"):
+        build_distribution("mixing-law", {"a": 50, "b": 30, "c": 20}, settings=settings).load_state_dict(
+            dict(corrupt, probabilities=[0.5, 0.25, 0.25]))
+    other = build_distribution("mixing-law", {"a": 50, "b": 30, "c": 20},
+                               settings=MixingLawSettings(window_steps=2, sweeps=1))
     with pytest.raises(ValueError, match="same mixing_law_"):
         other.load_state_dict(json.loads(json.dumps(distribution.state_dict())))
 
@@ -164,9 +176,10 @@ def test_mixing_law_knobs_are_refused_with_other_strategies_and_checked_with_it(
     with pytest.raises(ValueError, match=r"mixing_law_factor must be in \(0, 1\], got 0.0"):
         UATConfig(output_dir=str(tmp_path), strategy="mixing-law", mixing_law_factor=0.0)
     config = UATConfig(output_dir=str(tmp_path), strategy="mixing-law", mixing_law_ema=0.1, scorer_prior_temperature=2)
-    assert config.is_dynamic and config.mixing_law_settings() == MixingLawSettings(ema=0.1)
+    assert config.is_dynamic and MixingLaw.settings_of(config) == MixingLawSettings(ema=0.1)
     distribution = config.corpus_distribution({"a": 90, "b": 10})
-    assert distribution.law is not None and distribution.scorer is None
+    assert isinstance(distribution.proposer, MixingLaw)
+    assert distribution.proposer.settings == MixingLawSettings(ema=0.1)
     np.testing.assert_allclose(distribution.prior, [0.75, 0.25])  # τ = 2: 3:1
 
 
@@ -203,13 +216,14 @@ def test_a_run_killed_inside_a_probe_window_resumes_exactly(tmp_path, corpora, t
     full, full_history = run(corpora, tokenizer, tmp_path / "full")
     # 4 corpora × 1 sweep × 2 steps: the probe windows measure at 9, 11, 13, 15, 17 and the law updates at 17.
     assert [h["step"] for h in full_history] == [17]
-    record = full_history[0]
+    record = full_history[0]["mixing-law"]
     assert record["probe_start"] == 9 and sorted(record["probe_order"]) == [0, 1, 2, 3]
     assert len(record["probe_losses"]) == 5 and np.array(record["law"]).shape == (4, 4)
-    assert record["measure"] == "dev-loss" and set(record["rewards"]) == set(record["probabilities"])
+    assert record["measure"] == "dev-loss" and set(record["gains"]) == set(full_history[0]["probabilities"])
+    record = full_history[0]
     assert record["probabilities"] != dict(zip(full.corpus_distribution.names, full.corpus_distribution.prior))
     saved = json.loads((tmp_path / "full" / "checkpoint-10" / BALANCING_STATE_FILE).read_text())
-    phase = saved["distribution"]["law"]["phase"]
+    phase = saved["distribution"]["strategy_state"]["phase"]
     assert phase["start"] == 9 and len(phase["losses"]) == 1  # step 10: inside the first window (steps 10-11)
 
     partial_dir = tmp_path / "partial"
@@ -232,3 +246,28 @@ def test_a_run_killed_inside_a_probe_window_resumes_exactly(tmp_path, corpora, t
 def test_probe_windows_longer_than_update_every_are_refused_before_training(tmp_path, corpora, tokenizer):
     with pytest.raises(ValueError, match=r"probe windows take 8 steps per update .* update_every=8"):
         run(corpora, tokenizer, tmp_path / "x", update_every=8)
+
+
+def test_a_checkpoint_inside_a_probe_window_after_an_update_resumes_exactly(tmp_path, corpora, tokenizer):
+    """Issue 34: a checkpoint inside a later probe window used to hold the window's probe mix as p, which did not match
+    the history's last record (p after the update), so every mixing-law run with checkpoints was unresumable."""
+    full, full_history = run(corpora, tokenizer, tmp_path / "full", max_steps=27)
+    # Phases measure at 9, 11, ..., 17 (update) and 18, 20, ..., 26 (update); checkpoint-20 is inside window 1.
+    assert [h["step"] for h in full_history] == [17, 26]
+    saved = json.loads((tmp_path / "full" / "checkpoint-20" / BALANCING_STATE_FILE).read_text())
+    phase = saved["distribution"]["strategy_state"]["phase"]
+    assert phase["start"] == 18 and len(phase["losses"]) == 2
+    assert saved["distribution"]["probabilities"] == list(full_history[0]["probabilities"].values())  # p, not a mix
+
+    partial_dir = tmp_path / "partial"
+    shutil.copytree(tmp_path / "full" / "checkpoint-20", partial_dir / "checkpoint-20")
+    shutil.copy(tmp_path / "full" / HISTORY_FILE, partial_dir / HISTORY_FILE)  # holds the step-26 record too
+    resumed, resumed_history = run(corpora, tokenizer, partial_dir, resume=True, max_steps=27)
+
+    assert resumed.trained_batches == full.trained_batches[20:]
+    drop = [{k: v for k, v in h.items() if k != "seconds"} for h in full_history]
+    assert [{k: v for k, v in h.items() if k != "seconds"} for h in resumed_history] == drop
+    assert resumed.corpus_distribution.state_dict() == full.corpus_distribution.state_dict()
+    assert resumed.corpus_sampler.state_dict() == full.corpus_sampler.state_dict()
+    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)

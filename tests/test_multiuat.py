@@ -11,10 +11,10 @@ from scipy import stats
 from transformers import DataCollatorForSeq2Seq
 
 from uat_hf.models.presets import build_model
-from uat_hf.sampling.distribution import CorpusDistribution
 from uat_hf.sampling.packing import draw_token_batch, split_by_tokens
 from uat_hf.sampling.sampler import CorpusBatchSampler
 from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward, batch_sentence_uncertainty, mc_dropout
+from uat_hf.strategies.registry import build_distribution
 from uat_hf.strategies.rewards import target_logits
 from uat_hf.training.callback import HISTORY_FILE, CorpusBalancingCallback
 from uat_hf.training.uat_config import UATConfig
@@ -146,7 +146,7 @@ def test_dev_batches_count_max_of_source_and_target_tokens(corpora, collate):
     Here the dev targets are cut to 3 tokens, so counting targets only would draw several times too many."""
     dev = {name: ds.map(lambda row: {"labels": row["labels"][:3]}) for name, ds in corpora["dev"].items()}
     sizes = {name: len(ds) for name, ds in corpora["train"].items()}
-    sampler = CorpusBatchSampler.from_datasets(corpora["train"], CorpusDistribution.for_strategy("multiuat", sizes),
+    sampler = CorpusBatchSampler.from_datasets(corpora["train"], build_distribution("multiuat", sizes),
                                                max_tokens=400)
     callback = CorpusBalancingCallback(sampler, reward=UncertaintyReward("exptp", 1), dev_corpora=dev,
                                        collate_fn=collate, dev_batch_tokens=120)
@@ -173,7 +173,7 @@ def test_a_corpus_the_model_fits_worse_gains_probability(tiny_model, corpora, co
     batches = [collate([bible[i] for i in range(s, s + 16)]) for s in range(0, 320, 16)]
     train_on(tiny_model, batches, 60)
     sizes = {name: len(ds) for name, ds in corpora["train"].items()}
-    distribution = CorpusDistribution.for_strategy("multiuat", sizes, scorer_lr=1e-2, scorer_steps=50)
+    distribution = build_distribution("multiuat", sizes, lr=1e-2, steps=50)
     sampler = CorpusBatchSampler.from_datasets(corpora["train"], distribution, max_tokens=400)
     prior = sampler.probabilities
     callback = CorpusBalancingCallback(
@@ -182,20 +182,22 @@ def test_a_corpus_the_model_fits_worse_gains_probability(tiny_model, corpora, co
     )
     for step in (1, 2, 3):
         record = callback.update(tiny_model, step)
-        assert record["rewards"]["bible"] < min(v for k, v in record["rewards"].items() if k != "bible")
+        rewards = record["multiuat"]["rewards"]
+        assert rewards["bible"] < min(v for k, v in rewards.items() if k != "bible")
         p = sampler.probabilities
         assert np.all(p >= 0) and p.sum() == pytest.approx(1.0)
     bible = sampler.names.index("bible")
     assert p[bible] < prior[bible]
     assert p[bible] == p.min()  # the prior was uniform (equal sizes): the best-fitted corpus falls lowest
     # The exact-expectation update moves p toward R / ΣR: corpora above the mean reward gain.
-    rewards = np.array([record["rewards"][n] for n in sampler.names])
+    rewards = np.array([record["multiuat"]["rewards"][n] for n in sampler.names])
     assert np.array_equal(np.sign(p - prior), np.sign(rewards - rewards.mean()))
     history = json.loads(json.dumps(sampler.distribution.history))  # as balancing_history.jsonl keeps it in training
     assert [h["step"] for h in history] == [1, 2, 3]
     assert history[-1]["probabilities"] == dict(zip(sampler.names, p.tolist()))
-    assert set(history[0]) >= {"step", "probabilities", "rewards", "strategy", "measure", "seconds"}
-    assert history[0]["measure"] == measure and history[0]["strategy"] == "multiuat"
+    assert set(history[0]) >= {"step", "probabilities", "strategy", "seconds", "multiuat"}
+    assert set(history[0]["multiuat"]) >= {"rewards", "measure"}
+    assert history[0]["multiuat"]["measure"] == measure and history[0]["strategy"] == "multiuat"
 
 
 def test_trainer_updates_at_the_interval_and_logs_p(tmp_path, corpora, tokenizer, tiny_model):
@@ -219,7 +221,7 @@ def test_trainer_updates_at_the_interval_and_logs_p(tmp_path, corpora, tokenizer
 
 def test_nonfinite_rewards_skip_the_update(tiny_model, corpora, collate, caplog):
     sizes = {name: len(ds) for name, ds in corpora["train"].items()}
-    sampler = CorpusBatchSampler.from_datasets(corpora["train"], CorpusDistribution.for_strategy("multiuat", sizes),
+    sampler = CorpusBatchSampler.from_datasets(corpora["train"], build_distribution("multiuat", sizes),
                                                max_tokens=400)
     reward = UncertaintyReward("exptp", 1)
     callback = CorpusBalancingCallback(sampler, reward=reward, dev_corpora=corpora["dev"], collate_fn=collate)
@@ -268,7 +270,7 @@ def test_passes_run_in_the_training_precision(tmp_path, corpora, tokenizer, tiny
     finally:
         handle.remove()
     assert seen and set(seen) == {torch.bfloat16 if bf16 else torch.float32}
-    rewards = np.array(list(record["rewards"].values()))
+    rewards = np.array(list(record["multiuat"]["rewards"].values()))
     assert np.isfinite(rewards).all() and (rewards > 0).all()
     if bf16:
         reference = UncertaintyReward("entsent", 2, eos_token_id=tiny_model.config.eos_token_id)

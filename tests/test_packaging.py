@@ -89,7 +89,8 @@ def lazily_imported(path: Path, module: str) -> bool:
 
 def imported_modules(*roots: Path) -> dict[str, set[str]]:
     """Top-level third-party module → the files (relative to the repo) that import it."""
-    local = {PACKAGE.name} | {p.stem for root in roots for p in root.rglob("*.py")}  # conftest, scripts
+    # conftest, scripts, and the tests' own packages (tests/plugins: an outside strategy)
+    local = {PACKAGE.name} | {name for root in roots for p in root.rglob("*.py") for name in (p.stem, p.parent.name)}
     found: dict[str, set[str]] = {}
     for root in roots:
         for path in root.rglob("*.py"):

@@ -39,10 +39,13 @@ def test_plotting_and_the_run_file_names_load_without_torch():
 
 
 def record(step, p, cosine=None, **extra):
-    rec = {"step": step, "strategy": "multiuat", "measure": "enteos", "rewards": dict(zip(NAMES, [0.3, 0.5, 0.2])),
-           "probabilities": dict(zip(NAMES, p)), "seconds": 0.1, **extra}
+    """A history record as the distribution writes it: the common fields, the strategy's own under its name."""
+    own = {"measure": "enteos", "rewards": dict(zip(NAMES, [0.3, 0.5, 0.2]))}
+    rec = {"step": step, "strategy": "multiuat", "probabilities": dict(zip(NAMES, p)), "seconds": 0.1, **extra}
     if cosine is not None:
-        rec.update(strategy="multidds-s", measure=None, cosine=np.asarray(cosine).tolist())
+        rec["strategy"] = "multidds-s"
+        own = {"rewards": own["rewards"], "cosine": np.asarray(cosine).tolist()}
+    rec[rec["strategy"]] = own
     return rec
 
 
@@ -76,6 +79,18 @@ def test_probability_curves_start_at_the_prior_at_step_0():
     assert corpus_curves(records, "rewards")["bible"] == ([25, 50], [0.5, 0.5])  # no reward before step 1
     # A history written before records carried the prior still plots, from its first update.
     assert corpus_curves([record(25, [0.5, 0.3, 0.2])])["software"] == ([25], [0.5])
+    # ... and one written before the strategy's fields moved under its name (the study's archives) too.
+    flat = {"step": 25, "strategy": "multiuat", "measure": "enteos", "rewards": dict(zip(NAMES, [0.3, 0.5, 0.2])),
+            "probabilities": dict(zip(NAMES, [0.5, 0.3, 0.2])), "seconds": 0.1}
+    assert corpus_curves([flat], "rewards")["bible"] == ([25], [0.5])
+
+
+def test_a_static_run_plots_its_p_from_its_one_record_at_step_0(tmp_path):
+    p = dict(zip(NAMES, [0.6, 0.3, 0.1]))
+    run = write_history(tmp_path / "run", [{"step": 0, "strategy": "proportional", "prior": p, "probabilities": p,
+                                            "seconds": 0.0, "proportional": {}}])
+    assert corpus_curves(run)["software"] == ([0], [0.6])
+    assert [path.name for path in plot_run(run)] == [PROBABILITIES_PNG]  # no rewards to draw
 
 
 def test_average_cosine_is_the_elementwise_mean_of_finite_matrices():

@@ -213,7 +213,7 @@ def assert_balance_logged(log_history, history):
     for record in history:
         for name, p in record["probabilities"].items():
             assert training[record["step"]][f"balance/p_{name}"] == p
-            assert training[record["step"]][f"balance/reward_{name}"] == record["rewards"][name]
+            assert training[record["step"]][f"balance/reward_{name}"] == record["multiuat"]["rewards"][name]
     updated = {record["step"] for record in history}
     assert all(("balance/seconds" in entry) == (step in updated) for step, entry in training.items())
 

@@ -725,12 +725,12 @@ def test_dynamic_strategy_starts_its_scorer_from_the_given_probabilities(env: En
     np.testing.assert_array_equal(t.corpus_distribution.prior, [0.2, 0.8])
     np.testing.assert_array_equal(t.corpus_sampler.probabilities, [0.2, 0.8])  # sampled with until the first update
     # The authors' prior fit (the default) stops at MSE(softmax(ψ), q) <= 1e-8; prior_fit="exact" hits q itself.
-    assert np.mean((t.corpus_distribution.scorer.probabilities - [0.2, 0.8]) ** 2) <= RELEASED_FIT_TOLERANCE
+    assert np.mean((t.corpus_distribution.proposer.scorer.probabilities - [0.2, 0.8]) ** 2) <= RELEASED_FIT_TOLERANCE
     exact = trainer(env, strategy=strategy, measure="exptp", corpus_probabilities={"news": 0.2, "law": 0.8},
                     scorer_prior_fit="exact")
-    np.testing.assert_allclose(exact.corpus_distribution.scorer.probabilities, [0.2, 0.8], atol=1e-12)
-    assert t.corpus_distribution.scorer.prior_fit == "released"
-    assert exact.corpus_distribution.scorer.prior_fit == "exact"
+    np.testing.assert_allclose(exact.corpus_distribution.proposer.scorer.probabilities, [0.2, 0.8], atol=1e-12)
+    assert t.corpus_distribution.proposer.scorer.prior_fit == "released"
+    assert exact.corpus_distribution.proposer.scorer.prior_fit == "exact"
 
 
 # --- safe loading

@@ -5,8 +5,8 @@ evaluation → training → cli):
 
 * ``sampling`` — :class:`CorpusDistribution` (the one owner of p), :func:`temperature_prior`,
   :class:`CorpusBatchSampler` (reads p)
-* ``strategies`` — :class:`CorpusScorer`; :data:`MEASURES` and :class:`UncertaintyReward` (MultiUAT),
-  :class:`GradientCosineReward` (MultiDDS-S)
+* ``strategies`` — :func:`register_strategy` (a strategy of your own, docs/strategies.md); :class:`CorpusScorer`;
+  :data:`MEASURES` and :class:`UncertaintyReward` (MultiUAT), :class:`GradientCosineReward` (MultiDDS-S)
 * ``evaluation`` — :class:`CorpusEvaluation` (per-corpus BLEU/chrF for a stock ``Seq2SeqTrainer``)
 * ``training`` — :class:`UATConfig` (:class:`BalancingArguments`, its balancing fields alone), :class:`UATTrainer`,
   :func:`attach_balancing`, :class:`CorpusBalancingCallback`
@@ -38,6 +38,7 @@ _EXPORTS = {
     "UncertaintyReward": ".strategies.multiuat.uncertainty",
     "attach_balancing": ".training.balancing",
     "corpus_dataloader": ".training.balancing",
+    "register_strategy": ".strategies.registry",
     "temperature_prior": ".sampling.priors",
 }
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from .strategies.multidds_s.gradient_cosine import GradientCosineReward
     from .strategies.multiuat.measures import MEASURES, RELEASED_CODE_MEASURES
     from .strategies.multiuat.uncertainty import UncertaintyReward
+    from .strategies.registry import register_strategy
     from .strategies.scorer import CorpusScorer
     from .training.balancing import attach_balancing, corpus_dataloader
     from .training.balancing_arguments import BalancingArguments

@@ -31,7 +31,7 @@ def main(outdir: str) -> None:
     def record(step: int) -> dict:
         history = trainer.corpus_distribution.history
         return {"p": trainer.corpus_sampler.probabilities.tolist(),
-                "rewards": history[-1]["rewards"] if history else None}
+                "rewards": history[-1]["multiuat"]["rewards"] if history else None}
 
     trainer.add_callback(RecordSteps(out / f"rank{trainer.accelerator.process_index}.jsonl", record))
     trainer.train()

@@ -43,7 +43,7 @@ def main() -> None:
         """This rank's p and ψ after each balancing update (the callback runs after the balancing one)."""
         if step % UPDATE_EVERY:
             return None
-        scorer = balancing.distribution.scorer
+        scorer = balancing.distribution.proposer.scorer
         return {"updates": balancing.update_count, "p": trainer.corpus_sampler.probabilities.tolist(),
                 "psi": scorer.state_dict() if scorer is not None else None}
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ..evaluation.metrics import format_table, macro_average
 from .arguments import DataArguments
 from .parsing import CONFIG_FLAG, exit_on_help
-from .recipe import RECIPE_FILE
+from .recipe import RECIPE_FILE, Recipe
 from .tool_arguments import EVALUATE_RECIPE_FIELDS, EvaluateArguments, make_evaluate_parser
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> tuple[DataArguments, E
 
     Without ``--config`` and without corpora on the command line, a MODEL folder holding the ``recipe.yaml``
     uat-train saved is its own recipe (``uat-evaluate RUN`` = ``uat-evaluate RUN --config RUN``). With
-    ``--compare``, a test set longer than the baseline's hypotheses is cut to their length (:func:`evaluate`)."""
+    ``--compare``, the test sets are cut to the sentences the baseline translated (its run says how many)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     run_recipe = _run_recipe(argv)
     if run_recipe is not None:
@@ -148,19 +148,12 @@ def _run(data_args: DataArguments, args: EvaluateArguments) -> None:
                            max_target_length=limit, cache_dir=data_args.dataset_cache_dir, prompt=prompt)[split]
     if data_args.max_eval_examples is not None:
         corpora = {name: ds.select(range(min(data_args.max_eval_examples, len(ds)))) for name, ds in corpora.items()}
-    # Read the baseline first: a missing or misaligned file should fail before minutes of generation. uat-train
-    # writes hypotheses of the first max_eval_examples sentences of each set, so a baseline shorter than its set
-    # is compared on that many first sentences (a longer one is an error: another test set).
-    baselines = {name: read_hypotheses(args.compare, name) for name in corpora} if args.compare else None
-    if baselines is not None and data_args.max_eval_examples is None:
-        for name, lines in baselines.items():
-            if len(lines) < len(corpora[name]):
-                logger.info("Corpus %r: comparing on its first %d sentences, as many as the baseline's hypotheses.",
-                            name, len(lines))
-                corpora[name] = corpora[name].select(range(len(lines)))
+    if args.compare and data_args.max_eval_examples is None:
+        corpora = _as_many_as_the_baseline(corpora, Path(args.compare))
     sizes = {name: len(dataset) for name, dataset in corpora.items()}
-    if baselines is not None:
-        baselines = {name: read_hypotheses(args.compare, name, expected=size) for name, size in sizes.items()}
+    # Read the baseline first: a missing or misaligned file should fail before minutes of generation.
+    baselines = ({name: read_hypotheses(args.compare, name, expected=size) for name, size in sizes.items()}
+                 if args.compare else None)
 
     trainer = UATTrainer(model, UATConfig(
         output_dir=args.output_dir, per_device_eval_batch_size=args.per_device_eval_batch_size,
@@ -256,6 +249,21 @@ def _significance_table(significance: dict[str, Any]) -> str:
              for m in (mean["bleu"], mean["chrf"])]
     lines.append(f"{'mean':<{width}}  {cells[0]}  {cells[1]}")
     return "\n".join(lines)
+
+
+def _as_many_as_the_baseline(corpora: dict, hypotheses: Path) -> dict:
+    """The test sets cut to the sentences the baseline translated, as its run says: ``uat-evaluate``'s
+    ``results.json`` (``sentences``) or ``uat-train``'s ``recipe.yaml`` (``max_eval_examples``) beside the
+    hypotheses folder; whole sets when neither says (a hand-made folder)."""
+    run = hypotheses.resolve().parent
+    counts: dict[str, int] = {}
+    if (run / RESULTS_FILE).is_file():
+        counts = json.loads((run / RESULTS_FILE).read_text(encoding="utf-8")).get("sentences", {})
+    elif (run / RECIPE_FILE).is_file():
+        limit = Recipe.from_pretrained(str(run)).to_dict().get("max_eval_examples")
+        counts = {name: limit for name in corpora} if limit else {}
+    return {name: ds.select(range(min(counts[name], len(ds)))) if name in counts else ds
+            for name, ds in corpora.items()}
 
 
 def _mean(scores: dict[str, dict[str, float]], names: Sequence[str]) -> dict[str, float]:

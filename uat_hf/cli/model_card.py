@@ -15,6 +15,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..data.corpus_specs import DIRECTIONS
+from ..strategies.registry import describe_strategy
 from ..utils.hub_errors import is_hub_id
 
 __all__ = ["METRICS", "build_model_card", "stopped_early_note"]
@@ -71,9 +72,7 @@ def _text(fields: Mapping[str, Any], specs: list[dict], eval_specs: list[dict],
     get = fields.get
     corpora = get("corpora") or [spec.get("name") for spec in specs]
     ood = [spec.get("name") for spec in eval_specs]
-    strategy = get("strategy", "proportional")
-    if strategy == "multiuat":
-        strategy += f" (measure {get('measure', 'enteos')}, K={get('mc_samples', 30)}, S={get('update_every', 1000)})"
+    strategy = describe_strategy(fields)
     data = f"- Training data: `{get('corpus_dir') or 'corpus_specs'}`"
     lines = [
         "# Multi-corpus translation model trained with uat-hf",

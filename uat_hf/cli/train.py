@@ -34,7 +34,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..training.balancing_arguments import MULTIUAT_PREFIX
 from ..utils.checkpoints import (
     checkpoint_bytes,
     checkpoint_step,
@@ -85,8 +84,9 @@ def parse_arguments(argv: Sequence[str] | None = None):
     argv = list(sys.argv[1:] if argv is None else argv)
     exit_on_help(argv, make_help_parser, make_parser)
     (training, data, model, run_args), effective = make_parser().parse(argv)
-    if str(effective.get("strategy", "")).startswith(MULTIUAT_PREFIX):  # save the two fields it stands for
-        effective.update(strategy=training.strategy, measure=training.measure)
+    if effective.get("strategy", training.strategy) != training.strategy:  # a variant (multiuat-entsent): save the
+        variant = training.strategy_class.variant_field                     # two fields it stands for
+        effective.update({"strategy": training.strategy, variant: getattr(training, variant)})
     return training, data, model, run_args, Recipe(portable_paths(effective))
 
 
@@ -234,7 +234,7 @@ def _disk_full(trainer, error: BaseException) -> DiskFullError | None:
 def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_corpora, ood, *,
                        start: float | None = None):
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
-    from ..evaluation.metrics import format_table, macro_average
+    from ..evaluation.metrics import format_table, macro_means
     from ..evaluation.saved_runs import write_hypotheses
     from ..training.health_callback import CorpusHealthCallback
     from ..training.nonfinite import NonFiniteLossError
@@ -269,8 +269,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     # so that `uat-evaluate RUN --config RUN --compare OTHER_RUN/hypotheses` tests two runs against each other.
     translations = trainer.translate(eval_corpora, metric_key_prefix="eval")
     metrics = {key: value for t in translations.values() for key, value in t.output.metrics.items()}
-    every = {n: _scores(metrics, n) for n in eval_corpora}
-    metrics.update(eval_mean_bleu=macro_average(every, "bleu"), eval_mean_chrf=macro_average(every, "chrf"))
+    metrics.update(macro_means(metrics, list(eval_corpora), "eval"))
     trainer.log(metrics)
     if trainer.is_world_process_zero():
         for name, translation in translations.items():
@@ -279,8 +278,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     out_of_domain = {n: _scores(metrics, n) for n in ood}
     if in_domain and out_of_domain:
         for label, group in (("in_domain", in_domain), ("out_of_domain", out_of_domain)):
-            metrics[f"eval_{label}_mean_bleu"] = macro_average(group, "bleu")
-            metrics[f"eval_{label}_mean_chrf"] = macro_average(group, "chrf")
+            metrics.update(macro_means(metrics, list(group), "eval", label=f"{label}_mean"))
     metrics.update(budget_report(trainer) if finished is None else {})
     health = next((c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback)), None)
     if health is not None and health.last is None:  # a finished run evaluated again: its last check, measured

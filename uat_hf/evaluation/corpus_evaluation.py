@@ -27,7 +27,7 @@ from transformers.trainer_utils import PredictionOutput
 
 from ..sampling.packing import example_lengths, longest_first
 from ..utils.columns import MODEL_COLUMNS, REFERENCE_COLUMN
-from .metrics import detokenize, macro_average, translation_scores
+from .metrics import detokenize, macro_means, translation_scores
 
 __all__ = ["CorpusEvaluation", "corpus_references", "in_original_order", "longest_source_first_order"]
 
@@ -91,7 +91,7 @@ class CorpusEvaluation:
                                            bleu_tokenize=self.bleu_tokenize)
             per_corpus[name] = scores
         metrics = {f"{name}_{key}": value for name, scores in per_corpus.items() for key, value in scores.items()}
-        metrics.update(mean_bleu=macro_average(per_corpus, "bleu"), mean_chrf=macro_average(per_corpus, "chrf"))
+        metrics.update(macro_means(metrics, self.names, prefix=""))
         return metrics
 
     def _one_dataset(self, generated: np.ndarray, label_ids: np.ndarray | None) -> dict[str, float]:

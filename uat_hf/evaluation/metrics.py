@@ -56,6 +56,27 @@ def macro_average(per_corpus: Mapping[str, Mapping[str, float]], key: str) -> fl
     return float(sum(values) / len(values))
 
 
+def macro_means(metrics: Mapping[str, Any], names: Sequence[str], prefix: str, keys: Sequence[str] = ("bleu", "chrf"),
+                *, label: str = "mean") -> dict[str, float]:
+    """``<prefix>_<label>_<key>``: for each key, the :func:`macro_average` of ``<prefix>_<name>_<key>`` over the
+    corpora ``names`` that have it as a number (none: no mean). The one macro mean of prefixed metrics, used by
+    the trainer, both command-line tools and :class:`~uat_hf.evaluation.corpus_evaluation.CorpusEvaluation`."""
+    def joined(*parts: str) -> str:
+        return "_".join(part for part in (prefix, *parts) if part)
+
+    means = {}
+    for key in keys:
+        per_corpus = {name: {key: metrics[joined(name, key)]} for name in names
+                      if _is_number(metrics.get(joined(name, key)))}
+        if per_corpus:
+            means[joined(label, key)] = macro_average(per_corpus, key)
+    return means
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def format_table(per_corpus: Mapping[str, Mapping[str, float]]) -> str:
     """A plain-text table of BLEU and chrF per corpus with the macro average as the last row."""
     width = max([len("mean")] + [len(name) for name in per_corpus])

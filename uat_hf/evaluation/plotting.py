@@ -14,10 +14,9 @@ nothing there.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..utils.checkpoints import HISTORY_FILE
+from .history import HistorySource, load_history, strategy_fields
 
 __all__ = [
     "COSINE_PNG",
@@ -55,50 +54,6 @@ _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 History = Sequence[Mapping[str, Any]]
-HistorySource = str | Path | Iterable[Mapping[str, Any]]
-
-
-def load_history(history_or_output_dir: HistorySource) -> list[dict[str, Any]]:
-    """The update records of a run, in file order.
-
-    Accepts a run's output dir (holding ``balancing_history.jsonl``), the path of a history file, or the
-    records themselves (a list of dicts, returned as a list). Raises ``FileNotFoundError`` when there is
-    no history and ``ValueError`` when it holds no record or a malformed line.
-    """
-    if not isinstance(history_or_output_dir, (str, Path)):
-        records = [dict(record) for record in history_or_output_dir]
-        if not records:
-            raise ValueError("The balancing history is empty: there is nothing to plot.")
-        return records
-    path = Path(history_or_output_dir)
-    if path.is_dir():
-        path = path / HISTORY_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"No balancing history at {str(path)!r}. {HISTORY_FILE} is written into the training output_dir at "
-            "each balancing update of a dynamic strategy (multiuat or multidds-s) and of mixing-law; static "
-            "strategies (proportional, temperature, uniform) keep p fixed and record none. Point at the output_dir "
-            "of a dynamic run whose training reached at least one update (update_every steps)."
-        )
-    records = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number} is not a JSON record ({error}); is this a balancing "
-                                 "history?") from error
-    if not records:
-        raise ValueError(
-            f"{str(path)!r} holds no update record yet: the run has not reached its first balancing update."
-        )
-    for number, record in enumerate(records, start=1):
-        if "step" not in record or "probabilities" not in record:
-            raise ValueError(f"Record {number} of {str(path)!r} lacks 'step' or 'probabilities'; is this a balancing "
-                             "history?")
-    return records
 
 
 def average_cosine(history_or_output_dir: HistorySource) -> tuple[list[str], np.ndarray, int]:
@@ -124,7 +79,7 @@ def average_law(history_or_output_dir: HistorySource) -> tuple[list[str], np.nda
 
 
 def _average_matrix(history: History, key: str, who: str) -> tuple[list[str], np.ndarray, int]:
-    records = [r for r in history if r.get(key) is not None]
+    records = [r for r in history if strategy_fields(r).get(key) is not None]
     if not records:
         raise ValueError(f"No record of this history has a {key!r} matrix: only {who}.")
     names = list(records[0]["probabilities"])
@@ -136,7 +91,7 @@ def _average_matrix(history: History, key: str, who: str) -> tuple[list[str], np
                 f"The update at step {record['step']} lists corpora {list(record['probabilities'])}, the first one "
                 f"{names}; one history must come from one run."
             )
-        matrix = np.asarray(record[key], dtype=np.float64)
+        matrix = np.asarray(strategy_fields(record)[key], dtype=np.float64)
         if matrix.shape != total.shape:
             raise ValueError(
                 f"The {key} matrix at step {record['step']} has shape {matrix.shape}; expected {total.shape} "
@@ -154,24 +109,27 @@ def _average_matrix(history: History, key: str, who: str) -> tuple[list[str], np
 
 def corpus_curves(history_or_output_dir: HistorySource, key: str = "probabilities"
                   ) -> dict[str, tuple[list[int], list[float]]]:
-    """Each corpus's ``(steps, values)`` of ``key`` (``probabilities`` or ``rewards``) over the updates.
+    """Each corpus's ``(steps, values)`` of ``key`` over the records: ``probabilities`` (p), or a per-corpus field
+    of the strategy's own (``rewards``, mixing-law's ``gains``) in the records that have it.
 
-    The probabilities start at step 0 at the prior, which every update record carries (``prior``): without
+    p starts at step 0 at the prior, which the first record carries (``prior``), whatever the strategy: without
     that point the first value drawn is p after the first update, and the move away from the prior, the very
-    thing MultiUAT does, is not on the plot. A history written before records carried the prior starts at its
-    first update. Rewards have no step-0 value.
+    thing a learned strategy does, is not on the plot (a static strategy's one record is at step 0 already). A
+    history written before records carried the prior starts at its first update. Rewards have no step-0 value.
     """
     history = load_history(history_or_output_dir)
-    prior = history[0].get("prior") if key == "probabilities" else None
-    steps = [int(record["step"]) for record in history]
-    curves = {}
-    for name in history[0][key]:
-        values = [float(record[key].get(name, math.nan)) for record in history]
-        if prior is None:
-            curves[name] = (steps, values)
-        else:
-            curves[name] = ([0, *steps], [float(prior.get(name, math.nan)), *values])
-    return curves
+    if key == "probabilities":
+        rows = [(int(record["step"]), record["probabilities"]) for record in history]
+        prior = history[0].get("prior")
+        if prior is not None and rows[0][0] != 0:
+            rows.insert(0, (0, prior))
+    else:
+        rows = [(int(record["step"]), strategy_fields(record)[key]) for record in history
+                if strategy_fields(record).get(key) is not None]
+    if not rows:
+        raise ValueError(f"No record of this history has {key!r}.")
+    return {name: ([step for step, _ in rows], [float(values.get(name, math.nan)) for _, values in rows])
+            for name in rows[0][1]}
 
 
 def plot_probabilities(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
@@ -183,7 +141,8 @@ def plot_probabilities(history_or_output_dir: HistorySource, path: str | Path, *
 
 
 def plot_rewards(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
-    """One line per corpus: the reward R(n) measured at each update (uncertainty or gradient cosine)."""
+    """One line per corpus: the reward R(n) measured at each update (uncertainty or gradient cosine) by a reward
+    strategy."""
     history = load_history(history_or_output_dir)
     return _plot_per_corpus(history, "rewards", "reward R(n)", Path(path), title or _title("Corpus rewards", history))
 
@@ -235,18 +194,21 @@ def _heatmap(names: list[str], matrix: np.ndarray, path: Path, label: str, ylabe
 def plot_run(output_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
     """Write every plot a run's history supports; returns the paths written.
 
-    Always :data:`PROBABILITIES_PNG` and :data:`REWARDS_PNG`; :data:`COSINE_PNG` as well when the run
-    recorded gradient cosines (MultiDDS-S), :data:`LAW_PNG` when it fitted a mixing law. Files go to
-    ``out_dir`` (default: ``output_dir`` itself).
+    Always :data:`PROBABILITIES_PNG` (every strategy's history records p); :data:`REWARDS_PNG` when the run
+    recorded rewards (MultiUAT, MultiDDS-S), :data:`COSINE_PNG` when it recorded gradient cosines (MultiDDS-S),
+    :data:`LAW_PNG` when it fitted a mixing law. Files go to ``out_dir`` (default: ``output_dir`` itself).
     """
     history = load_history(output_dir)
     target = Path(out_dir) if out_dir is not None else Path(output_dir)
     if target.suffix == ".jsonl":
         target = target.parent
-    written = [plot_probabilities(history, target / PROBABILITIES_PNG), plot_rewards(history, target / REWARDS_PNG)]
-    if any(record.get("cosine") is not None for record in history):
+    recorded = {key for record in history for key, value in strategy_fields(record).items() if value is not None}
+    written = [plot_probabilities(history, target / PROBABILITIES_PNG)]
+    if "rewards" in recorded:
+        written.append(plot_rewards(history, target / REWARDS_PNG))
+    if "cosine" in recorded:
         written.append(plot_cosine_heatmap(history, target / COSINE_PNG))
-    if any(record.get("law") is not None for record in history):
+    if "law" in recorded:
         written.append(plot_law_heatmap(history, target / LAW_PNG))
     return written
 
@@ -281,7 +243,7 @@ def _plot_per_corpus(history: History, key: str, ylabel: str, path: Path, title:
 def _title(what: str, history: History) -> str:
     first = history[0]
     strategy = first.get("strategy") or "?"
-    measure = first.get("measure")
+    measure = strategy_fields(first).get("measure")
     return f"{what} — {strategy}" + (f" ({measure})" if measure else "")
 
 

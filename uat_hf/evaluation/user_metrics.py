@@ -13,7 +13,6 @@ first evaluation hours into training.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ from datasets import Dataset
 from transformers import EvalPrediction
 
 from ..utils.columns import IGNORE_INDEX
+from .metrics import macro_means
 
 __all__ = ["TRANSLATION_METRICS", "probe_compute_metrics", "recorded_metric_keys", "refuse_clashing_keys",
            "user_metric_means"]
@@ -94,22 +94,15 @@ def recorded_metric_keys(trainer: Any) -> Iterator[list[str]]:
 
 def user_metric_means(metrics: Mapping[str, Any], keys_by_corpus: Mapping[str, Sequence[str]],
                       prefix: str) -> dict[str, float]:
-    """``<prefix>_mean_<key>``: the unweighted mean over corpora of each numeric key a ``compute_metrics``
-    returned for every corpus (``<prefix>_<corpus>_<key>``)."""
-    if not keys_by_corpus:
-        return {}
+    """``<prefix>_mean_<key>`` of each key a ``compute_metrics`` returned for every corpus (``<prefix>_<corpus>_
+    <key>``): :func:`~uat_hf.evaluation.metrics.macro_means` of those keys."""
     names = list(keys_by_corpus)
-    common = [key for key in keys_by_corpus[names[0]] if all(key in keys_by_corpus[n] for n in names[1:])]
-    means = {}
-    for key in common:
-        values = [metrics.get(f"{prefix}_{name}_{key}") for name in names]
-        if all(_is_number(value) for value in values):
-            means[f"{prefix}_mean_{key}"] = float(sum(values) / len(values))
-    return means
+    first = keys_by_corpus[names[0]] if names else ()
+    common = [key for key in first if all(key in keys_by_corpus[n] for n in names)]
+    return macro_means(metrics, names, prefix, common)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
+
 
 
 def _padded(rows: Sequence[Sequence[int]], value: int) -> np.ndarray:

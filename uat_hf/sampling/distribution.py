@@ -1,114 +1,87 @@
 """The corpus distribution p, and the one object that owns it.
 
 p is what the library exists to change, so exactly one object holds it: :class:`CorpusDistribution`. It
-owns the prior p starts from, the scorer ψ of a dynamic strategy, the count of balancing updates and
-their history. Static strategies keep p at the prior for the whole run; dynamic ones sample with the
-prior until the first update, then with softmax(ψ). The sampler only reads p from here (and records
-where each change took effect); the callback only asks for updates; a checkpoint saves the whole of it
-in one piece, and loading checks that p, ψ and the update count agree. The history is the one exception:
-its records stay in memory and in ``balancing_history.jsonl`` only (:class:`~uat_hf.utils.checkpoints.HistoryFile`),
-never in a checkpoint, which records how many there are; loading takes them back and checks they agree.
+owns the prior p starts from, p itself, the count of balancing updates and their history. Strategies
+(:mod:`uat_hf.strategies`) only *propose*: the callback hands each measurement to
+:meth:`CorpusDistribution.measured`, which asks the strategy for a proposal, moves p, counts the update and
+builds the update's one history record (the same top-level fields for every strategy, the strategy's own
+under its name). Static strategies keep p at the prior and record it once, at the start
+(:meth:`CorpusDistribution.record_start`).
+
+The sampler reads :attr:`CorpusDistribution.probabilities`, the mix it draws with: p, unless the strategy
+asks for another mix for a while (mixing-law's probe windows), which it derives from p and its own state,
+so there is no second copy of p to keep in step. A checkpoint saves the whole in one piece; the history is
+the one exception: its records stay in memory and in ``balancing_history.jsonl`` only
+(:class:`~uat_hf.utils.checkpoints.HistoryFile`), never in a checkpoint, which records how many there are;
+loading takes them back and checks they agree (their number, and the last record's p).
+
+This module is below the strategies (it imports none of them): the strategy object it is given is used
+through the small interface :class:`~uat_hf.strategies.base.BalancingStrategy` defines.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..strategies.mixing_law.law import MixingLaw, MixingLawSettings
-from ..strategies.scorer import CorpusScorer, NonFiniteRewardError
 from ..utils.names import check_exact_names, check_unique_names
-from .priors import STATIC_TEMPERATURES, temperature_prior, validate_probabilities
+from .priors import validate_probabilities
+from .proposal import Measurement
 
-__all__ = ["CorpusDistribution", "DYNAMIC_STRATEGIES", "SCORER_STRATEGIES", "STATIC_STRATEGIES", "STRATEGIES"]
+__all__ = ["CorpusDistribution"]
 
 logger = logging.getLogger(__name__)
 
-#: Static strategies: p is fixed for the whole run. ``fixed`` samples with hand-given probabilities.
-STATIC_STRATEGIES: tuple[str, ...] = tuple(STATIC_TEMPERATURES) + ("fixed",)
-#: Dynamic strategies with a scorer ψ that re-learns p every ``update_every`` steps.
-SCORER_STRATEGIES: tuple[str, ...] = ("multiuat", "multidds-s")
-#: Dynamic strategies: the scorer ones, and ``mixing-law`` (a :class:`~uat_hf.strategies.mixing_law.law.MixingLaw`
-#: learns p).
-DYNAMIC_STRATEGIES: tuple[str, ...] = SCORER_STRATEGIES + ("mixing-law",)
-STRATEGIES: tuple[str, ...] = STATIC_STRATEGIES + DYNAMIC_STRATEGIES
-
-_STATE_FORMAT = 2  # 2: the history is no longer inside the state (only its length, the update count)
+# 2: the history is no longer inside the state; 3: p is the strategy's p (not a probe mix), the strategy's state
+# is under "strategy_state", and "update_count" counts the records (a static strategy's step-0 one included)
+_STATE_FORMAT = 3
 
 
 class CorpusDistribution:
-    """The live distribution p over named corpora, its prior, its scorer, its updates and their history.
+    """The live distribution p over named corpora, its prior, its updates and their history.
 
     Args:
         names: corpus names, in the order of every probability vector.
         prior: the distribution p starts from (validated once, here).
-        strategy: one of :data:`STRATEGIES`; a dynamic one needs ``scorer``.
-        scorer: the learned ψ of multiuat / multidds-s, built from ``prior`` (:meth:`for_strategy` does), ``None``
-            otherwise. The prior itself is kept here only.
-        law: the state of strategy ``mixing-law`` (its p, fitted law and probe windows), ``None`` otherwise.
+        strategy: the strategy's name, as configured (recorded in the history and checked on resume).
+        proposer: the strategy object (:class:`~uat_hf.strategies.base.BalancingStrategy`) that proposes p's
+            updates; ``None`` for a distribution whose p is only set by hand (:meth:`set_probabilities`).
     """
 
     def __init__(self, names: Sequence[str], prior: Sequence[float], *, strategy: str = "fixed",
-                 scorer: CorpusScorer | None = None, law: MixingLaw | None = None) -> None:
-        if strategy not in STRATEGIES:
-            raise ValueError(f"Unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+                 proposer: Any = None) -> None:
         self.names: list[str] = [str(n) for n in names]
         check_unique_names(self.names, "Corpus names must be unique, got {names}.")
-        self.strategy = strategy
+        self.strategy = str(strategy)
         self._prior = validate_probabilities(prior, self.names)
-        if (strategy in SCORER_STRATEGIES) != (scorer is not None):
-            raise ValueError(f"Strategy {strategy!r} " + ("needs a scorer." if scorer is None else "has no scorer."))
-        if (strategy == "mixing-law") != (law is not None):
-            raise ValueError(f"Strategy {strategy!r} " + ("needs a MixingLaw." if law is None else "has no law."))
-        if scorer is not None and scorer.names != self.names:
-            raise ValueError(f"The scorer is for corpora {scorer.names}, the distribution for {self.names}.")
-        self.scorer = scorer
-        self.law = law
+        if proposer is not None and list(proposer.names) != self.names:
+            raise ValueError(f"The strategy is for corpora {list(proposer.names)}, the distribution for {self.names}.")
+        self.proposer = proposer
         self._p = self._prior.copy()
-        #: Balancing updates asked for, skipped ones included (the seed of each update's dev batches).
+        #: Records of the history: one per balancing update (skipped ones included; the seed of each update's dev
+        #: batches), or a static strategy's one record of its p at the start.
         self.update_count = 0
-        #: Times p changed; a reader that remembers it knows whether p moved since it last looked.
+        #: Times the sampled mix changed; a reader that remembers it knows whether it moved since it last looked.
         self.version = 0
-        #: One record per update: step, rewards, the p that followed (or why the update was skipped), ...
+        #: One record per update: step, strategy, p (the prior in the first), seconds, the strategy's own fields.
         self.history: list[dict[str, Any]] = []
-
-    @classmethod
-    def for_strategy(
-        cls,
-        strategy: str,
-        sizes: Mapping[str, int],
-        *,
-        temperature: float | None = None,
-        probabilities: Sequence[float] | None = None,
-        scorer_lr: float = 1e-4,
-        scorer_steps: int = 200,
-        scorer_prior_fit: str = "released",
-        mixing_law: MixingLawSettings | None = None,
-    ) -> CorpusDistribution:
-        """The distribution a strategy starts from: the hand-given ``probabilities``, else the τ prior over
-        the corpus ``sizes`` (τ: ``temperature``, else the strategy's own; 1 for dynamic strategies)."""
-        names = list(sizes)
-        if probabilities is not None:
-            prior = np.asarray(probabilities, dtype=np.float64)
-        else:
-            tau = temperature if temperature is not None else STATIC_TEMPERATURES.get(strategy, 1.0)
-            prior = temperature_prior(dict(sizes), tau)
-        scorer = law = None
-        if strategy in SCORER_STRATEGIES:
-            scorer = CorpusScorer(names, prior, lr=scorer_lr, steps=scorer_steps, prior_fit=scorer_prior_fit)
-        elif strategy == "mixing-law":
-            law = MixingLaw(prior, mixing_law)
-        return cls(names, prior, strategy=strategy, scorer=scorer, law=law)
+        self._pending_seconds = 0.0
 
     # ------------------------------------------------------------------ reading
     @property
-    def probabilities(self) -> np.ndarray:
-        """p now (a float64 copy)."""
+    def p(self) -> np.ndarray:
+        """p, the mix the strategy learned (a float64 copy): what the history records."""
         return self._p.copy()
+
+    @property
+    def probabilities(self) -> np.ndarray:
+        """The mix the sampler draws with now (a float64 copy): p, or the strategy's temporary mix
+        (mixing-law's probe window), derived from p."""
+        mix = self.proposer.sampling_mix(self._p) if self.proposer is not None else None
+        return self._p.copy() if mix is None else np.asarray(mix, dtype=np.float64)
 
     @property
     def prior(self) -> np.ndarray:
@@ -116,21 +89,20 @@ class CorpusDistribution:
 
     @property
     def is_dynamic(self) -> bool:
-        return self.scorer is not None or self.law is not None
+        return self.proposer is not None and bool(self.proposer.learns)
 
     def as_dict(self) -> dict[str, float]:
+        """p by corpus name."""
         return dict(zip(self.names, self._p.tolist()))
 
     # ------------------------------------------------------------------ changing p
     def set_probabilities(self, probabilities: Sequence[float] | Mapping[str, float]) -> None:
         """Set p of a static distribution by hand (a custom schedule, or a test); readers see it from their next
-        batch on. A dynamic strategy's p follows its scorer only (so that a checkpoint can check one against the
-        other)."""
+        batch on. A dynamic strategy's p follows its strategy only (so that a run can be resumed exactly)."""
         if self.is_dynamic:
-            learner = "scorer" if self.scorer is not None else "mixing law"
             raise ValueError(
-                f"p of strategy {self.strategy!r} follows its {learner}; it cannot be set by hand. Use a static "
-                "strategy ('fixed') to set p yourself."
+                f"p of strategy {self.strategy!r} follows {self.proposer.learned_by}; it cannot be set by hand. Use a "
+                "static strategy ('fixed') to set p yourself."
             )
         if isinstance(probabilities, Mapping):
             check_exact_names(probabilities, self.names,
@@ -139,59 +111,63 @@ class CorpusDistribution:
         self._p = validate_probabilities(probabilities, self.names)
         self.version += 1
 
-    def update(self, rewards: Sequence[float], record: dict[str, Any]) -> dict[str, Any]:
-        """One balancing update with one reward per corpus: ψ moves, p = softmax(ψ).
-
-        Non-finite rewards skip the update (p stays, the record says why). ``record`` (the step, the
-        measure, extras of the reward) is completed with the rewards and the resulting p, added to the
-        history and returned.
-        """
-        if self.scorer is None:
+    def measured(self, step: int, values: Sequence[float], extras: Mapping[str, Any] | None = None, *,
+                 rng: np.random.Generator | None = None, seconds: float = 0.0) -> dict[str, Any] | None:
+        """One measurement of every corpus at ``step`` (``values``, and the reward's ``extras``), which took
+        ``seconds``: the strategy proposes (:class:`~uat_hf.sampling.proposal.Proposal`), p moves to the proposed
+        p (none: p stays; a skipped update is logged), the update is counted and its record built, added to the
+        history and returned. A strategy still inside an update (a probe window ended) proposes nothing yet: no
+        record, and its seconds count toward the next. Either way the sampled mix is read again, so a probe
+        window's mix reaches the sampler. ``rng``: the strategy's randomness, the same on every rank and after a
+        resume (the callback seeds it with the seed and the update count)."""
+        if not self.is_dynamic:
             raise ValueError(f"Strategy {self.strategy!r} keeps p fixed; it has no balancing update.")
-        self.update_count += 1
-        record["rewards"] = dict(zip(self.names, map(float, rewards)))
-        try:
-            self._p = self.scorer.update(rewards)
-            self.version += 1
-        except NonFiniteRewardError as error:
-            logger.warning("Skipping the balancing update at step %s: %s. p stays %s.", record.get("step", "?"), error,
-                           dict(zip(self.names, self._p.round(4).tolist())))
-            record["skipped"] = str(error)
-        record["probabilities"] = self.as_dict()
-        record["prior"] = dict(zip(self.names, self._prior.tolist()))  # where p stood at step 0, for the plots
-        self.history.append(record)
-        return record
-
-    def law_measured(self, losses: Sequence[float], step: int, rng: np.random.Generator,
-                     record: dict[str, Any]) -> dict[str, Any] | None:
-        """Strategy ``mixing-law``: every corpus's dev loss, measured at the start of a probe phase or at the end
-        of one of its windows (``rng`` draws the window order when a phase starts). p switches to the next
-        window's probe mix; after the last window the law is fitted and p moves, and ``record`` (the step, the
-        measure), completed with the law, the probe mixes and p, is added to the history and returned."""
-        if self.law is None:
-            raise ValueError(f"Strategy {self.strategy!r} has no mixing law to measure.")
-        result = self.law.measured(step, np.asarray(losses, dtype=np.float64), rng)
-        sampling = self.law.sampling_probabilities()
-        if not np.array_equal(sampling, self._p):
-            self._p = sampling
-            self.version += 1
-        if result is None:
+        before = self.probabilities
+        self._pending_seconds += seconds
+        measurement = Measurement(int(step), np.asarray(values, dtype=np.float64), dict(extras or {}), self.p,
+                                  self.prior, rng if rng is not None else np.random.default_rng(self.update_count))
+        proposal = self.proposer.propose(measurement)
+        if proposal is None:
+            self._mix_changed(before, accepted=False)
             return None
-        self.update_count += 1
-        if "skipped" in result:
-            logger.warning("Skipping the mixing-law update at step %s: %s. p stays %s.", step, result["skipped"],
+        accepted = proposal.p is not None
+        if accepted:
+            validate_probabilities(proposal.p, self.names)
+            self._p = np.array(proposal.p, dtype=np.float64)  # as proposed, bit for bit (not renormalised)
+        elif proposal.skipped:
+            logger.warning("Skipping the balancing update at step %s: %s. p stays %s.", step, proposal.skipped,
                            dict(zip(self.names, self._p.round(4).tolist())))
-        gains = self.law.smoothed.sum(axis=0).tolist() if "law" in result else [math.nan] * len(self.names)
-        record["rewards"] = dict(zip(self.names, gains))  # the law's column sums Σ_i Â_ij: the gain of each corpus
-        record.update(result)
+        self._mix_changed(before, accepted)
+        return self._record(step, proposal.fields, proposal.skipped)
+
+    def record_start(self) -> dict[str, Any]:
+        """The record of a static strategy, written once when training starts (at step 0, where its p holds from):
+        its p, so that every run, learned or not, leaves a p trace to plot and compare."""
+        return self._record(0, {}, None)
+
+    def _mix_changed(self, before: np.ndarray, accepted: bool) -> None:
+        if accepted or not np.array_equal(before, self.probabilities):
+            self.version += 1
+
+    def _record(self, step: int, fields: Mapping[str, Any], skipped: str | None) -> dict[str, Any]:
+        """The one place a history record is built: the same top-level fields for every strategy."""
+        record: dict[str, Any] = {"step": int(step), "strategy": self.strategy}
+        if not self.history:
+            record["prior"] = dict(zip(self.names, self._prior.tolist()))  # where p stood at step 0, for the plots
         record["probabilities"] = self.as_dict()
+        if skipped:
+            record["skipped"] = skipped
+        record["seconds"], self._pending_seconds = self._pending_seconds, 0.0
+        record[self.strategy] = dict(fields)
+        self.update_count += 1
         self.history.append(record)
         return record
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable: p, the prior, the scorer and the counts (floats round-trip exactly). Not the history,
-        which would grow the state with every update: ``update_count`` says how many records it holds."""
+        """JSON-serialisable: p, the prior, the strategy's state and the counts (floats round-trip exactly). Not
+        the history, which would grow the state with every update: ``update_count`` says how many records it
+        holds."""
         return {
             "format": _STATE_FORMAT,
             "strategy": self.strategy,
@@ -200,8 +176,7 @@ class CorpusDistribution:
             "probabilities": self._p.tolist(),
             "update_count": self.update_count,
             "version": self.version,
-            "scorer": self.scorer.state_dict() if self.scorer is not None else None,
-            "law": self.law.state_dict() if self.law is not None else None,
+            "strategy_state": self.proposer.state_dict() if self.proposer is not None else None,
         }
 
     def load_state_dict(self, state: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> None:
@@ -211,8 +186,10 @@ class CorpusDistribution:
         if state.get("format") != _STATE_FORMAT:
             raise ValueError(
                 f"Unsupported corpus distribution state format {state.get('format')!r} (expected {_STATE_FORMAT}); "
-                + ("format 1 kept the history inside every checkpoint: resume it with the uat_hf that wrote it, or "
-                   "start a new run." if state.get("format") == 1 else "upgrade uat_hf to resume from it.")
+                + ("it was written by an older uat_hf (before strategies plugged in through their registry): resume "
+                   "it with the uat_hf that wrote it, or start a new run."
+                   if isinstance(state.get("format"), int) and state["format"] < _STATE_FORMAT
+                   else "upgrade uat_hf to resume from it.")
             )
         if state["strategy"] != self.strategy:
             raise ValueError(
@@ -233,23 +210,11 @@ class CorpusDistribution:
                 "settings and data, or start a new run."
             )
         update_count, version = int(state["update_count"]), int(state["version"])
-        if self.scorer is not None:
-            self.scorer.load_state_dict(state["scorer"])
-            # p is softmax(ψ) once an update went through, the prior before: anything else is a corrupt state.
-            expected = self.scorer.probabilities if version > 0 else prior
-            if not np.array_equal(probabilities, expected):
-                raise ValueError(
-                    f"Inconsistent corpus distribution state: p = {probabilities.tolist()} but "
-                    + (f"softmax(ψ) = {expected.tolist()}" if version > 0 else f"the prior is {expected.tolist()}")
-                    + f" (after {version} changes of p); the checkpoint is corrupt."
-                )
-        if self.law is not None:
-            self.law.load_state_dict(state["law"])
-            # p is the law's p, or the probe mix of the window in progress: anything else is a corrupt state.
-            if not np.array_equal(probabilities, self.law.sampling_probabilities()):
-                raise ValueError(f"Inconsistent corpus distribution state: p = {probabilities.tolist()} but the "
-                                 f"mixing law samples {self.law.sampling_probabilities().tolist()}; the checkpoint is "
-                                 "corrupt.")
+        if version == 0 and not np.array_equal(probabilities, prior):
+            raise ValueError(f"Inconsistent corpus distribution state: p = {probabilities.tolist()} but the prior is "
+                             f"{prior.tolist()} and p never changed; the checkpoint is corrupt.")
+        if self.proposer is not None:
+            self.proposer.load_state_dict(state["strategy_state"], probabilities, version > 0)
         if len(history) != update_count:
             raise ValueError(f"Inconsistent corpus distribution state: {len(history)} history records for "
                              f"{update_count} updates.")

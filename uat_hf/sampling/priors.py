@@ -14,9 +14,6 @@ import numpy as np
 
 from ..utils.names import check_exact_names
 
-#: Static strategies and the prior temperature each one means (paper, section 2).
-STATIC_TEMPERATURES: dict[str, float] = {"proportional": 1.0, "temperature": 5.0, "uniform": math.inf}
-
 
 def temperature_prior(sizes: Sequence[int] | Mapping[str, int], temperature: float) -> np.ndarray:
     """q_τ(n) ∝ (M_n / Σ M)^(1/τ): τ = 1 proportional to corpus size, τ = ∞ uniform.

@@ -142,7 +142,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
 
         if not isinstance(distribution, CorpusDistribution):
             p = temperature_prior(self.sizes, 1.0) if distribution is None else distribution
-            distribution = CorpusDistribution(self.names, p, strategy="fixed")
+            distribution = CorpusDistribution(self.names, p)
         elif distribution.names != self.names:
             raise ValueError(f"The distribution is over corpora {distribution.names}, the sampler's are {self.names}.")
         self.distribution = distribution

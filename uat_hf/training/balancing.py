@@ -30,8 +30,7 @@ from transformers.trainer_utils import seed_worker
 
 from ..data.language_codes import language_code_ids
 from ..sampling.sampler import CorpusBatchSampler
-from ..strategies.mixing_law.dev_loss import DevLoss
-from ..strategies.multiuat.uncertainty import UncertaintyReward
+from ..strategies.registry import get_strategy
 from ..strategies.rewards import BalancingReward, require_supported_model
 from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
 from .balancing_arguments import BalancingArguments
@@ -198,27 +197,12 @@ def check_corpora(train_corpora: Mapping[str, Dataset], dev_corpora: Mapping[str
 
 
 def balancing_reward(config: UATConfig, model: Any, tokenizer: Any, accelerator: Any = None) -> BalancingReward | None:
-    """What the strategy of ``config`` measures on ``model``: ``None`` for static strategies. A model the reward
-    cannot measure (neither seq2seq nor causal LM, no dropout for MultiUAT, sharded by ``accelerator`` for
+    """What the strategy of ``config`` measures on ``model`` (its
+    :meth:`~uat_hf.strategies.base.BalancingStrategy.build_reward`): ``None`` for static strategies. A model the
+    reward cannot measure (neither seq2seq nor causal LM, no dropout for MultiUAT, sharded by ``accelerator`` for
     MultiDDS-S) is refused here. The language codes of ``tokenizer`` (NLLB, M2M100, mBART-50) that open the
     labels go unscored."""
-    codes = language_code_ids(tokenizer)
-    if config.strategy == "multiuat":
-        reward = UncertaintyReward(config.measure, config.mc_samples, eos_token_id=_eos_token_id(model, tokenizer),
-                                   mode=config.mc_batch_mode, language_code_ids=codes,
-                                   tolerance=config.mc_tolerance, min_samples=config.mc_min_samples)
-    elif config.strategy == "multidds-s":
-        from ..strategies.multidds_s.gradient_cosine import GradientCosineReward
-
-        reward = GradientCosineReward(dropout=config.dds_dropout, label_smoothing=config.label_smoothing_factor,
-                                      per_pair_train_batches=config.dds_per_pair_train_batches,
-                                      language_code_ids=codes)
-    elif config.strategy == "mixing-law":
-        reward = DevLoss()
-    else:
-        return None
-    reward.check_model(model, accelerator)
-    return reward
+    return get_strategy(config.strategy).build_reward(config, model, tokenizer, accelerator)
 
 
 def measuring_collator(trainer: Any) -> Callable[[list[dict]], dict[str, torch.Tensor]]:
@@ -301,9 +285,3 @@ def _check_model_columns(corpora: Mapping[str, Dataset], kind: str) -> None:
                 "tokenize it first (uat_hf.data.corpora.tokenize_corpus)."
             )
 
-
-def _eos_token_id(model: Any, tokenizer: Any) -> int | None:
-    eos = getattr(getattr(model, "config", None), "eos_token_id", None)
-    if isinstance(eos, (list, tuple)):
-        eos = eos[0] if eos else None
-    return eos if eos is not None else getattr(tokenizer, "eos_token_id", None)

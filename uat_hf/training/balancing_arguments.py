@@ -10,22 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..sampling.distribution import STRATEGIES
 from ..strategies.mixing_law.law import MixingLawSettings
 from ..strategies.multiuat.measure_names import MEASURES, RELEASED_CODE_MEASURES
+from ..strategies.registry import available_strategies
 
 __all__ = [
     "DEFAULT_MEASURE",
     "MC_BATCH_MODES",
     "MEASURES",
-    "MULTIUAT_PREFIX",
     "RELEASED_CODE_MEASURES",
     "BalancingArguments",
 ]
 
 MC_BATCH_MODES = ("auto", "loop", "replicate")
-#: ``strategy: multiuat-<measure>`` is the one-word spelling of ``strategy: multiuat, measure: <measure>``.
-MULTIUAT_PREFIX = "multiuat-"
 DEFAULT_MEASURE = "enteos"
 
 
@@ -38,8 +35,9 @@ class BalancingArguments:
     strategy: str = field(
         default="proportional",
         metadata={
-            "help": f"How corpora are mixed: one of {', '.join(STRATEGIES)}. 'multiuat-<measure>' (e.g. "
-            "multiuat-entsent) is short for strategy multiuat with that measure."
+            "help": f"How corpora are mixed: one of {', '.join(available_strategies())}, or an outside strategy's "
+            "module:Class (docs/strategies.md). 'multiuat-<measure>' (e.g. multiuat-entsent) is short for strategy "
+            "multiuat with that measure."
         },
     )
     sampling_temperature: float | None = field(

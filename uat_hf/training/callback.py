@@ -1,20 +1,21 @@
 """When to measure, update, log and checkpoint the corpus distribution.
 
-:class:`CorpusBalancingCallback` is the one update loop behind every strategy: static priors only keep
-the sampler's epoch and state in step with the Trainer; MultiUAT and MultiDDS-S additionally, every
-``update_every`` optimizer steps, draw a dev batch per corpus, ask their reward for one number per
-corpus and hand them to the :class:`~uat_hf.sampling.distribution.CorpusDistribution`, which moves ψ and p. The
-sampler reads the new p from the distribution for its next batch. ``mixing-law`` measures every corpus's dev
-loss at the start of its probe phase and at the end of each probe window (:meth:`probe`); the distribution
-switches the sampler to the next window's mix and, after the last window, fits the law and moves p.
+:class:`CorpusBalancingCallback` is the one update loop behind every strategy, built-in or outside: static
+priors only keep the sampler's epoch and state in step with the Trainer (and record their p once, at the
+start); a dynamic strategy additionally, at the steps it asks for
+(:meth:`~uat_hf.strategies.base.BalancingStrategy.measures_at`: every ``update_every`` optimizer steps, and
+mixing-law's probe-window boundaries), draws a dev batch per corpus, has its reward measure one number per
+corpus and hands them to the :class:`~uat_hf.sampling.distribution.CorpusDistribution`, whose strategy proposes
+the new p. The sampler reads the mix to draw with from the distribution for its next batch. Nothing here
+knows a strategy by name.
 
-Distributed runs: every rank holds its own sampler and scorer and must reach bit-identical probabilities.
+Distributed runs: every rank holds its own sampler and strategy and must reach bit-identical probabilities.
 The rewards are computed as a share per rank (the reward splits the work), summed with one all-reduce and
-finished identically everywhere, so the scorer, which is deterministic, moves identically on every rank.
+finished identically everywhere, so the strategy, which is deterministic, moves identically on every rank.
 Dev batches are drawn from generators seeded by ``(seed, update index, corpus)``, so they are the same on
 every rank and in a resumed run.
 
-State (the distribution, with its scorer and update count, and the sampler's position) is written as JSON
+State (the distribution, with its strategy state and update count, and the sampler's position) is written as JSON
 into each checkpoint folder by :meth:`CorpusBalancingCallback.on_save`, under ``UATTrainer`` and a stock
 Trainer alike, and read back by :meth:`CorpusBalancingCallback.restore` when training resumes. Each update's
 record goes to ``balancing_history.jsonl`` (:class:`~uat_hf.utils.checkpoints.HistoryFile`), and its numbers join
@@ -46,21 +47,22 @@ from ..utils.names import check_exact_names
 
 logger = logging.getLogger(__name__)
 
-_STATE_FORMAT = 3  # 2: the distribution saved in one piece; 3: without its history (balancing_history.jsonl has it)
+# 2: the distribution saved in one piece; 3: without its history (balancing_history.jsonl has it); 4: the
+# distribution's p is the strategy's (not a probe mix), the strategy's own state beside it
+_STATE_FORMAT = 4
 
 
 class CorpusBalancingCallback(TrainerCallback):
     """Keeps a :class:`~uat_hf.sampling.sampler.CorpusBatchSampler` in step with training and asks for p's updates.
 
-    The strategy, prior and scorer belong to ``sampler.distribution`` (a
+    The strategy, prior and p belong to ``sampler.distribution`` (a
     :class:`~uat_hf.sampling.distribution.CorpusDistribution`); this callback decides when to measure and update it,
     and logs and checkpoints it: it is the one writer of the balancing state and of the history file.
 
     Args:
         sampler: the sampler the training DataLoader iterates.
-        reward: what a dynamic strategy measures (:class:`~uat_hf.strategies.multiuat.uncertainty.UncertaintyReward` or
-            :class:`~uat_hf.strategies.multidds_s.gradient_cosine.GradientCosineReward`); ``None`` for static
-            strategies.
+        reward: what a dynamic strategy measures (its
+            :meth:`~uat_hf.strategies.base.BalancingStrategy.build_reward`); ``None`` for static strategies.
         dev_corpora: tokenized trusted dev sets, one per training corpus (same names).
         collate_fn: turns a list of dataset rows into model inputs (the Trainer's data collator).
         update_every: S, optimizer steps between two updates (checked by
@@ -109,7 +111,6 @@ class CorpusBalancingCallback(TrainerCallback):
         self.resume_from: str | None = None
         self._history: HistoryFile | None = None  # set when training begins, where output_dir is known
         self._pending_logs: dict[str, float] = {}
-        self._probe_seconds = 0.0  # mixing-law: measuring time of the probe phase in progress
         self._dev_batches: tuple[int, list] | None = None  # (update count, its dev batches)
         # Only the model's columns, selected once: select_columns builds a new Dataset (and fingerprint) per call.
         self.dev_corpora = {n: model_columns(d) for n, d in (dev_corpora or {}).items()}
@@ -131,14 +132,7 @@ class CorpusBalancingCallback(TrainerCallback):
                 {n: example_lengths(self.train_corpora[n]) for n in sampler.names}
                 if reward.needs_train_batches else {}
             )
-        law = self.distribution.law
-        if law is not None and law.settings.probe_steps(len(sampler.names)) >= self.update_every:
-            raise ValueError(
-                f"The mixing-law probe windows take {law.settings.probe_steps(len(sampler.names))} steps per update "
-                f"(mixing_law_sweeps={law.settings.sweeps} × {len(sampler.names)} corpora × mixing_law_window_steps="
-                f"{law.settings.window_steps}), not fewer than update_every={self.update_every}. Raise update_every "
-                "or lower mixing_law_sweeps / mixing_law_window_steps."
-            )
+            self.distribution.proposer.check_training(self.update_every)
 
     @property
     def strategy(self) -> str:
@@ -175,6 +169,8 @@ class CorpusBalancingCallback(TrainerCallback):
             )
         self._history = HistoryFile(os.path.join(args.output_dir, HISTORY_FILE), writes=args.should_save)
         self._history.restore(0)  # a new run into an old output_dir, or a restart at the prior: only its own records
+        if not self.distribution.is_dynamic:
+            self._finish(self.distribution.record_start())  # a static p leaves its trace too, at step 0
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         # The Trainer cannot always reach a sampler wrapped by accelerate (e.g. after skip_first_batches on
@@ -182,10 +178,7 @@ class CorpusBalancingCallback(TrainerCallback):
         self.sampler.set_epoch(math.floor(state.epoch or 0))
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.distribution.law is not None:
-            if self.distribution.law.measures_at(state.global_step, self.update_every):
-                self.probe(model, state.global_step)
-        elif self.reward is not None and state.global_step > 0 and state.global_step % self.update_every == 0:
+        if self.reward is not None and self.distribution.proposer.measures_at(state.global_step, self.update_every):
             self.update(model, state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -203,34 +196,22 @@ class CorpusBalancingCallback(TrainerCallback):
             self.save(os.path.join(folder, BALANCING_STATE_FILE))
 
     # ------------------------------------------------------------------ the update
-    def update(self, model: torch.nn.Module, step: int) -> dict:
-        """One balancing update: measure every corpus, let the distribution move p; returns the record.
+    def update(self, model: torch.nn.Module, step: int) -> dict | None:
+        """Measure every corpus and hand the measurement to the distribution, whose strategy proposes p; returns
+        the update's record, or ``None`` while the strategy's update is still in progress (mixing-law's probe
+        windows switch the sampler's mix, and only the last one moves p).
 
         The record is appended to ``balancing_history.jsonl`` (during training), and its numbers go out with the
         Trainer's next log entry.
         """
         start = time.perf_counter()
-        rewards, extras = self._measure(model)
-        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None)}
-        self.distribution.update(rewards, record)
-        record.update(extras)
-        self._finish(record, time.perf_counter() - start)
-        return record
-
-    def probe(self, model: torch.nn.Module, step: int) -> dict | None:
-        """Strategy ``mixing-law``: measure every corpus's dev loss at a probe window's boundary and hand it to the
-        distribution, which switches the sampler to the next window's mix; when the last window of the update has
-        ended it fits the law and moves p, and that record is written and logged as :meth:`update`'s."""
-        start = time.perf_counter()
-        losses, _ = self._measure(model)
-        rng = np.random.default_rng([self.seed, self.update_count, 3])  # the window order, drawn at a phase's start
-        record = {"step": int(step), "strategy": self.strategy, "measure": getattr(self.reward, "measure", None)}
-        done = self.distribution.law_measured(losses, step, rng, record)
-        self._probe_seconds += time.perf_counter() - start
-        if done is None:
-            return None
-        seconds, self._probe_seconds = self._probe_seconds, 0.0  # the phase's measuring, not its training steps
-        self._finish(record, seconds)
+        values, extras = self._measure(model)
+        measure = getattr(self.reward, "measure", None)
+        rng = np.random.default_rng([self.seed, self.update_count, 3])  # e.g. mixing-law's window order
+        record = self.distribution.measured(step, values, {"measure": measure, **extras} if measure else extras,
+                                            rng=rng, seconds=time.perf_counter() - start)
+        if record is not None:
+            self._finish(record)
         return record
 
     def _measure(self, model: torch.nn.Module) -> tuple[np.ndarray, dict]:
@@ -243,17 +224,18 @@ class CorpusBalancingCallback(TrainerCallback):
                                                   num_processes=num_processes, reduce=self._sum_over_ranks,
                                                   seed=lambda block: self.dropout_seed(process_index, block))
 
-    def _finish(self, record: dict, seconds: float) -> None:
-        """Time the update's record, append it to the history file and queue its numbers for the next log."""
-        record["seconds"] = seconds
+    def _finish(self, record: dict) -> None:
+        """Append the record to the history file and queue its numbers for the next log: p and the seconds for
+        every strategy, the strategy's own numbers (:meth:`~uat_hf.strategies.base.BalancingStrategy.log_fields`)
+        below ``balance/`` too."""
         if self._history is not None:
             self._history.append(record)
-        names = self.sampler.names
-        self._pending_logs = {f"balance/p_{n}": record["probabilities"][n] for n in names}
-        self._pending_logs.update({f"balance/reward_{n}": record["rewards"][n] for n in names})
+        self._pending_logs = {f"balance/p_{n}": value for n, value in record["probabilities"].items()}
+        proposer = self.distribution.proposer
+        if proposer is not None:
+            own = proposer.log_fields(record[self.strategy])
+            self._pending_logs.update({f"balance/{key}": value for key, value in own.items()})
         self._pending_logs["balance/seconds"] = record["seconds"]
-        if "mc_samples_used" in record:
-            self._pending_logs["balance/mc_samples_used"] = record["mc_samples_used"]
 
     def dev_batches(self) -> list[list[dict]]:
         """The collated dev batches of every corpus for the next update (seeded by the seed and the update count),
@@ -324,7 +306,7 @@ class CorpusBalancingCallback(TrainerCallback):
             raise ValueError(
                 f"The balancing state has format {state.get('format')!r}, this version of uat_hf reads "
                 f"{_STATE_FORMAT} (an older checkpoint kept the history, or p in the sampler and scorer, inside the "
-                "state); resume it with the uat_hf that wrote it, or start a new run."
+                "state, or a mixing-law probe mix as p); resume it with the uat_hf that wrote it, or start a new run."
             )
         self.distribution.load_state_dict(state["distribution"], history)
         self.sampler.load_state_dict(state["sampler"])

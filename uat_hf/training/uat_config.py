@@ -10,24 +10,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
+import numpy as np
 from transformers import Seq2SeqTrainingArguments
 
-from ..sampling.distribution import DYNAMIC_STRATEGIES, SCORER_STRATEGIES, STRATEGIES, CorpusDistribution
-from ..sampling.priors import STATIC_TEMPERATURES, check_corpus_probabilities, corpus_probabilities_for
-from ..strategies.mixing_law.law import MixingLawSettings
+from ..sampling.distribution import CorpusDistribution
+from ..sampling.priors import check_corpus_probabilities, corpus_probabilities_for, temperature_prior
+from ..strategies.base import BalancingStrategy
+from ..strategies.registry import available_strategies, get_strategy, split_variant
 from ..strategies.scorer import PRIOR_FITS
-from .balancing_arguments import (
-    DEFAULT_MEASURE,
-    MC_BATCH_MODES,
-    MEASURES,
-    MULTIUAT_PREFIX,
-    RELEASED_CODE_MEASURES,
-    BalancingArguments,
-)
-
-MIXING_LAW_PREFIX = "mixing_law_"
+from .balancing_arguments import DEFAULT_MEASURE, MC_BATCH_MODES, MEASURES, RELEASED_CODE_MEASURES, BalancingArguments
 
 
 @dataclass(frozen=True)
@@ -135,23 +128,16 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         them after the Trainer's own; :func:`~uat_hf.training.balancing.attach_balancing` runs them on the
         balancing fields given over a trainer's arguments, without building a second ``TrainingArguments``."""
         self._parse_corpus_probabilities()
-        self._resolve_measure()
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"Unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+        self._resolve_variant()
+        strategy = self.strategy_class  # refuses an unknown strategy
         self._check_prior_settings()
         for rule in NUMBER_RULES:
             rule.check(getattr(self, rule.name))
         self._check_dataloader_settings()
-        self._check_mixing_law_settings()
         if self.scorer_prior_fit not in PRIOR_FITS:
             raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
                              f"{self.scorer_prior_fit!r}.")
-        if self.strategy in SCORER_STRATEGIES and self.scorer_lr == 0 and self.scorer_prior_fit == "released":
-            raise ValueError(
-                "scorer_lr=0 cannot fit the scorer to its prior (scorer_prior_fit='released' uses the scorer's Adam); "
-                "use scorer_prior_fit='exact' for a scorer that stays at its prior, or a static strategy."
-            )
-        self._check_adaptive_k()
+        strategy.check_config(self)  # the strategy's own knobs (a static prior's: hand-given probabilities or none)
         if self.mc_batch_mode not in MC_BATCH_MODES:
             raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")
         if self.is_dynamic and self.max_steps > 0 and self.update_every >= self.max_steps:
@@ -161,22 +147,10 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
                 "max_steps, or use a static strategy."
             )
 
-    def _check_adaptive_k(self) -> None:
-        """Adaptive K stops MultiUAT's Monte Carlo passes early: another strategy has no passes to stop, so setting it
-        there would silently do nothing."""
-        if self.mc_tolerance is None:
-            return
-        if self.strategy != "multiuat":
-            raise ValueError(
-                f"mc_tolerance={self.mc_tolerance} (adaptive K) stops the Monte Carlo dropout passes of strategy "
-                f"'multiuat', but strategy is {self.strategy!r}, which runs none. Remove mc_tolerance, or use "
-                "strategy 'multiuat'."
-            )
-        if self.mc_min_samples > self.mc_samples:
-            raise ValueError(
-                f"mc_min_samples={self.mc_min_samples} > mc_samples={self.mc_samples}: adaptive K runs at least "
-                "mc_min_samples and at most mc_samples passes. Lower mc_min_samples or raise mc_samples."
-            )
+    @property
+    def strategy_class(self) -> type[BalancingStrategy]:
+        """The registered class of ``strategy`` (:func:`~uat_hf.strategies.registry.get_strategy`)."""
+        return get_strategy(self.strategy)
 
     def _check_dataloader_settings(self) -> None:
         """Trainer settings of the training DataLoader that the corpus sampler, which builds every batch, would
@@ -203,61 +177,51 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
                 "per_device_train_batch_size) if a batch does not fit in memory."
             )
 
-    def _resolve_measure(self) -> None:
-        """``multiuat-<measure>`` → ``strategy='multiuat'`` and that measure, so that a study can name each
-        MultiUAT variant with one word (``--strategy multiuat-entsent``). A ``measure`` that names another
-        measure is refused rather than one of the two silently winning."""
-        spelled = self.strategy[len(MULTIUAT_PREFIX):] if self.strategy.startswith(MULTIUAT_PREFIX) else None
+    def _resolve_variant(self) -> None:
+        """``<strategy>-<value>`` → that strategy with its ``variant_field`` set to the value (``multiuat-entsent``:
+        strategy ``multiuat``, measure ``entsent``), so that a study can name each variant with one word. A field
+        that names another value is refused rather than one of the two silently winning. Then ``measure`` gets its
+        default and is checked."""
+        name, spelled = split_variant(self.strategy)
         if spelled is not None:
-            if self.measure is not None and self.measure != spelled:
+            field_name = get_strategy(name).variant_field
+            given = getattr(self, field_name)
+            if given is not None and given != spelled:
                 raise ValueError(
-                    f"strategy {self.strategy!r} names measure {spelled!r}, but measure is {self.measure!r}. Give the "
-                    f"measure once: strategy 'multiuat' with measure {self.measure!r}, or remove measure."
+                    f"strategy {self.strategy!r} names {field_name} {spelled!r}, but {field_name} is {given!r}. Give "
+                    f"the {field_name} once: strategy {name!r} with {field_name} {given!r}, or remove {field_name}."
                 )
-            self.strategy, self.measure = "multiuat", spelled
-        elif self.measure is None:
+            self.strategy = name
+            setattr(self, field_name, spelled)
+        if self.measure is None:
             self.measure = DEFAULT_MEASURE
         if self.measure not in MEASURES + RELEASED_CODE_MEASURES:
-            source = f" (from strategy '{MULTIUAT_PREFIX}{spelled}')" if spelled is not None else ""
+            source = f" (from strategy '{name}-{spelled}')" if spelled is not None else ""
             raise ValueError(f"Unknown measure {self.measure!r}{source}; choose one of "
                              f"{', '.join(MEASURES + RELEASED_CODE_MEASURES)}.")
 
-    def _check_mixing_law_settings(self) -> None:
-        """The ``mixing_law_*`` knobs belong to strategy ``mixing-law``: with another strategy they would silently do
-        nothing, so they are refused; with it, they are checked here, before training starts."""
-        given = {f.name: getattr(self, f.name) for f in fields(self)
-                 if f.name.startswith(MIXING_LAW_PREFIX) and getattr(self, f.name) is not None}
-        if given and self.strategy != "mixing-law":
-            raise ValueError(
-                f"{', '.join(f'{k}={v}' for k, v in given.items())} set(s) strategy 'mixing-law', but strategy is "
-                f"{self.strategy!r}. Remove it, or use strategy 'mixing-law'."
-            )
-        if self.strategy == "mixing-law":
-            self.mixing_law_settings()  # validates
-
-    def mixing_law_settings(self) -> MixingLawSettings:
-        """The settings of strategy ``mixing-law``: the given ``mixing_law_*`` values, the defaults otherwise."""
-        given = {f.name[len(MIXING_LAW_PREFIX):]: getattr(self, f.name) for f in fields(self)
-                 if f.name.startswith(MIXING_LAW_PREFIX) and getattr(self, f.name) is not None}
-        return MixingLawSettings(**given)
+    def _check_foreign_knobs(self) -> None:
+        """A knob that belongs to one strategy (its ``config_fields``) would silently do nothing under another:
+        refused, in that strategy's words (:meth:`~uat_hf.strategies.base.BalancingStrategy.foreign_use`)."""
+        chosen = self.strategy_class
+        for name in available_strategies():
+            owner = get_strategy(name)
+            given = {field_name: getattr(self, field_name) for field_name in owner.config_fields
+                     if field_name not in chosen.config_fields and getattr(self, field_name, None) is not None}
+            if given:
+                raise ValueError(owner.foreign_use(self, chosen, given))
 
     def _check_prior_settings(self) -> None:
         """Each prior knob belongs to one kind of strategy, so that switching ``strategy`` (e.g. on the command
-        line over a recipe written for another one) can never silently train a different baseline."""
+        line over a recipe written for another one) can never silently train a different baseline. A strategy's
+        own knobs (``sampling_temperature`` of ``temperature``) are refused elsewhere by
+        :meth:`_check_foreign_knobs`, hand-given probabilities by a static prior's ``check_config``."""
         for name in ("sampling_temperature", "scorer_prior_temperature"):
             value = getattr(self, name)
             if value is not None and not value > 0:  # also rejects NaN
                 raise ValueError(f"{name} must be > 0 (1 = proportional, 5 = temperature, inf = uniform), got "
                                  f"{value}.")
-        if self.sampling_temperature is not None and self.strategy != "temperature":
-            raise ValueError(
-                f"sampling_temperature={self.sampling_temperature} is the τ of strategy 'temperature', but strategy "
-                f"is {self.strategy!r}" + (
-                    f", whose τ is fixed ({STATIC_TEMPERATURES[self.strategy]})"
-                    if self.strategy in STATIC_TEMPERATURES
-                    else "; a dynamic strategy's starting prior is scorer_prior_temperature" if self.is_dynamic else ""
-                ) + ". Remove it or use strategy 'temperature'."
-            )
+        self._check_foreign_knobs()
         if self.scorer_prior_temperature is not None and not self.is_dynamic:
             raise ValueError(
                 f"scorer_prior_temperature={self.scorer_prior_temperature} sets where the multiuat / multidds-s "
@@ -265,18 +229,7 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
                 "with strategy 'temperature'."
             )
         if self.corpus_probabilities is None:
-            if self.strategy == "fixed":
-                raise ValueError(
-                    "strategy 'fixed' samples with corpus_probabilities, which is not set; give one probability per "
-                    "training corpus, e.g. --corpus_probabilities '{\"news\": 0.7, \"law\": 0.3}'."
-                )
-            return
-        if self.strategy in STATIC_TEMPERATURES:
-            raise ValueError(
-                f"corpus_probabilities fixes the mix by hand, but strategy {self.strategy!r} samples with its own "
-                "prior. Use strategy 'fixed' to sample with the given probabilities (or multiuat / multidds-s to "
-                "start the scorer from them), or remove corpus_probabilities."
-            )
+            return  # (whether a strategy takes them at all, its check_config says)
         if self.scorer_prior_temperature is not None:
             raise ValueError(
                 "Give either scorer_prior_temperature or corpus_probabilities, not both: the hand-given probabilities "
@@ -295,28 +248,22 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         corpus_probabilities gives p by hand."""
         if self.corpus_probabilities is not None:
             return None
-        if self.strategy == "temperature":
-            if self.sampling_temperature is not None:
-                return float(self.sampling_temperature)
-            return STATIC_TEMPERATURES["temperature"]
-        if self.strategy in STATIC_TEMPERATURES:
-            return STATIC_TEMPERATURES[self.strategy]
-        return float(self.scorer_prior_temperature) if self.scorer_prior_temperature is not None else 1.0
+        return self.strategy_class.prior_temperature_of(self)
 
     def corpus_distribution(self, sizes: Mapping[str, int]) -> CorpusDistribution:
-        """The distribution these settings start from, over corpora of these ``sizes`` (name → examples)."""
-        probabilities = None
+        """The distribution these settings start from, over corpora of these ``sizes`` (name → examples), with the
+        strategy built from them."""
+        names = list(sizes)
         if self.corpus_probabilities is not None:  # the values were checked in __post_init__, the names only here
-            probabilities = corpus_probabilities_for(self.corpus_probabilities, list(sizes))
-        return CorpusDistribution.for_strategy(
-            self.strategy, sizes, temperature=self.effective_prior_temperature, probabilities=probabilities,
-            scorer_lr=self.scorer_lr, scorer_steps=self.scorer_steps, scorer_prior_fit=self.scorer_prior_fit,
-            mixing_law=self.mixing_law_settings() if self.strategy == "mixing-law" else None,
-        )
+            prior = np.asarray(corpus_probabilities_for(self.corpus_probabilities, names), dtype=np.float64)
+        else:
+            prior = temperature_prior(dict(sizes), self.effective_prior_temperature)
+        cls = self.strategy_class
+        return CorpusDistribution(names, prior, strategy=self.strategy, proposer=cls(names, prior, **cls.knobs(self)))
 
     @property
     def is_dynamic(self) -> bool:
-        return self.strategy in DYNAMIC_STRATEGIES
+        return self.strategy_class.learns
 
 
 def _accelerator_available() -> bool:

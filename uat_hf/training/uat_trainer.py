@@ -38,7 +38,7 @@ from ..data.language_codes import labels_generation_kwargs, places_language_code
 from ..evaluation import user_metrics
 from ..evaluation.causal_eval import continuation, first_line, left_padding, prompt_only
 from ..evaluation.corpus_evaluation import corpus_references, in_original_order, longest_source_first_order
-from ..evaluation.metrics import detokenize, macro_average, translation_scores
+from ..evaluation.metrics import detokenize, macro_means, translation_scores
 from ..models.causal_model import is_causal_lm
 from ..sampling.distribution import CorpusDistribution
 from ..strategies.rewards import require_supported_model
@@ -169,7 +169,7 @@ class UATTrainer(Seq2SeqTrainer):
 
     @property
     def corpus_distribution(self) -> CorpusDistribution:
-        """The live corpus distribution p (its prior, scorer, updates and history)."""
+        """The live corpus distribution p (its prior, strategy, updates and history)."""
         return self.balancing.distribution
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
@@ -275,7 +275,7 @@ class UATTrainer(Seq2SeqTrainer):
             metrics = {}
             for translation in translations.values():
                 metrics.update(translation.output.metrics)
-            metrics.update(self._macro_means(metrics, list(translations), metric_key_prefix))
+            metrics.update(macro_means(metrics, list(translations), metric_key_prefix))
             keys = {name: translation.metric_keys for name, translation in translations.items()}
             metrics.update(user_metrics.user_metric_means(metrics, keys, metric_key_prefix))
         self.log(metrics)
@@ -390,15 +390,3 @@ class UATTrainer(Seq2SeqTrainer):
         if not named:
             raise ValueError("Nothing to evaluate: pass eval_corpora (or dev_corpora) to UATTrainer.")
         return named
-
-    @staticmethod
-    def _macro_means(metrics: Mapping[str, float], names: list[str], prefix: str) -> dict[str, float]:
-        per_corpus = {
-            name: {"bleu": metrics[f"{prefix}_{name}_bleu"], "chrf": metrics[f"{prefix}_{name}_chrf"]}
-            for name in names if f"{prefix}_{name}_bleu" in metrics
-        }
-        if not per_corpus:
-            return {}
-        return {f"{prefix}_mean_bleu": macro_average(per_corpus, "bleu"),
-                f"{prefix}_mean_chrf": macro_average(per_corpus, "chrf")}
-

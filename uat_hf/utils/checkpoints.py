@@ -249,7 +249,7 @@ class HistoryFile:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             _write_text_atomically(self.path, "".join(json.dumps(record) + "\n" for record in records))
         elif self.writes and os.path.exists(self.path):
-            os.remove(self.path)  # no record yet: no file (a static strategy never has one, as before)
+            os.remove(self.path)  # no record yet: no file
         return records
 
 

@@ -1,4 +1,5 @@
-"""Online mixing-law balancing (after Aioli, Chen et al., ICLR 2025): the math and its state, NumPy only.
+"""Online mixing-law balancing (after Aioli, Chen et al., ICLR 2025): the math, NumPy only (the strategy that runs it
+is :class:`~uat_hf.strategies.mixing_law.strategy.MixingLaw`).
 
 The law: training one step on the mix q lowers the dev loss of corpus i by ``Σ_j A_ij q_j``, so the average
 dev loss falls fastest when p favours the corpora j with the largest column sum ``Σ_i A_ij``. Every
@@ -26,14 +27,12 @@ divided by its sum, which makes η scale-free) and smoothed (EMA, as Aioli's ``e
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 __all__ = [
-    "MixingLaw",
     "MixingLawSettings",
     "ProbePhase",
     "fit_law",
@@ -174,66 +173,3 @@ class ProbePhase:
         """The window now training (None before the first measurement and after the last)."""
         m = len(self.losses) - 1
         return m if 0 <= m < len(self.order) else None
-
-
-class MixingLaw:
-    """The state of strategy ``mixing-law``: the law's p, its prior, the smoothed A and the probe phase."""
-
-    def __init__(self, prior: Sequence[float], settings: MixingLawSettings | None = None) -> None:
-        self.settings = settings or MixingLawSettings()
-        self.prior = np.asarray(prior, dtype=np.float64)
-        if (self.prior <= 0).any():
-            raise ValueError(f"Strategy 'mixing-law' needs a prior > 0 for every corpus, got {self.prior.tolist()}.")
-        self.p = self.prior.copy()
-        self.smoothed: np.ndarray | None = None
-        self.phase: ProbePhase | None = None
-
-    @property
-    def num_corpora(self) -> int:
-        return len(self.prior)
-
-    def sampling_probabilities(self) -> np.ndarray:
-        """What the sampler draws with now: the current window's probe mix, else p."""
-        window = self.phase.window if self.phase is not None else None
-        if window is None:
-            return self.p.copy()
-        return probe_mixes(self.p, self.settings.factor)[self.phase.order[window]]
-
-    def measures_at(self, step: int, update_every: int) -> bool:
-        if self.phase is not None:
-            return step == self.phase.next_measurement(self.settings.window_steps)
-        return step > 0 and step % update_every == 0
-
-    def measured(self, step: int, losses: np.ndarray, rng: np.random.Generator) -> dict[str, Any] | None:
-        """Take the dev losses measured at ``step``: the first starts a probe phase (its window order drawn
-        from ``rng``), the last ends it. Returns the fitted law when a phase ended, else ``None``. Non-finite
-        losses end the phase at once with ``{"skipped": reason}`` (p stays)."""
-        losses = np.asarray(losses, dtype=np.float64)
-        if not np.isfinite(losses).all():
-            self.phase = None
-            return {"skipped": f"non-finite dev losses {losses.tolist()}"}
-        if self.phase is None:
-            self.phase = ProbePhase(int(step), probe_order(self.num_corpora, self.settings.sweeps, rng))
-        self.phase.losses.append(losses.tolist())
-        if len(self.phase.losses) <= len(self.phase.order):
-            return None
-        phase, self.phase = self.phase, None
-        mixes = probe_mixes(self.p, self.settings.factor)
-        law = fit_law(np.asarray(phase.losses), phase.order, mixes, self.settings.window_steps)
-        self.smoothed = smooth_law(self.smoothed, normalise_law(law), self.settings.ema)
-        self.p = law_step(self.p, self.prior, self.smoothed, self.settings.eta, self.settings.anchor)
-        return {"law": law.tolist(), "law_smoothed": self.smoothed.tolist(), "probe_order": phase.order,
-                "probe_mixes": mixes.tolist(), "probe_losses": phase.losses, "probe_start": phase.start}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"settings": asdict(self.settings), "p": self.p.tolist(),
-                "smoothed": None if self.smoothed is None else self.smoothed.tolist(),
-                "phase": None if self.phase is None else asdict(self.phase)}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if MixingLawSettings(**state["settings"]) != self.settings:
-            raise ValueError(f"The checkpoint's mixing-law settings are {state['settings']}, this run's "
-                             f"{asdict(self.settings)}; resume with the same mixing_law_* settings.")
-        self.p = np.asarray(state["p"], dtype=np.float64)
-        self.smoothed = None if state["smoothed"] is None else np.asarray(state["smoothed"], dtype=np.float64)
-        self.phase = None if state["phase"] is None else ProbePhase(**state["phase"])

@@ -1,0 +1,140 @@
+"""Strategy ``mixing-law``: short probe windows measure how each corpus lowers the dev losses; a fitted law moves p.
+
+The maths is in :mod:`uat_hf.strategies.mixing_law.law`; this class holds the strategy's own state (the smoothed
+law and the probe phase in progress) and turns each dev-loss measurement into a proposal. p itself is the
+distribution's: a probe window's mix is derived from it (:meth:`MixingLaw.sampling_mix`), so a checkpoint inside
+a window holds the learned p, as the history's last record does, and resumes exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..base import BalancingStrategy, Measurement, Proposal
+from ..registry import register_strategy
+from .law import MixingLawSettings, ProbePhase, fit_law, law_step, normalise_law, probe_mixes, probe_order, smooth_law
+
+__all__ = ["MixingLaw"]
+
+_PREFIX = "mixing_law_"
+
+
+class MixingLaw(BalancingStrategy):
+    """The state of strategy ``mixing-law``: its settings, the smoothed law A and the probe phase in progress.
+
+    Args:
+        names, prior: as :class:`~uat_hf.strategies.base.BalancingStrategy`; every prior value must be > 0 (the
+            update works on log p).
+        settings: the ``mixing_law_*`` knobs (defaults: :class:`MixingLawSettings`).
+    """
+
+    learned_by = "its mixing law"
+    config_fields: ClassVar[tuple[str, ...]] = tuple(_PREFIX + f.name for f in fields(MixingLawSettings))
+
+    def __init__(self, names: Sequence[str], prior: Sequence[float], *,
+                 settings: MixingLawSettings | None = None) -> None:
+        super().__init__(names, prior)
+        if (np.asarray(prior, dtype=np.float64) <= 0).any():
+            raise ValueError(f"Strategy 'mixing-law' needs a prior > 0 for every corpus, got {list(prior)}.")
+        self.settings = settings or MixingLawSettings()
+        self.smoothed: np.ndarray | None = None
+        self.phase: ProbePhase | None = None
+
+    @classmethod
+    def settings_of(cls, config: Any) -> MixingLawSettings:
+        """The given ``mixing_law_*`` values of ``config``, the defaults otherwise (validated)."""
+        return MixingLawSettings(**{name[len(_PREFIX):]: getattr(config, name) for name in cls.config_fields
+                                    if getattr(config, name) is not None})
+
+    @classmethod
+    def knobs(cls, config: Any) -> dict[str, Any]:
+        return {"settings": cls.settings_of(config)}
+
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        cls.settings_of(config)
+
+    @classmethod
+    def build_reward(cls, config: Any, model: Any, tokenizer: Any = None, accelerator: Any = None) -> Any:
+        from .dev_loss import DevLoss
+
+        reward = DevLoss()
+        reward.check_model(model, accelerator)
+        return reward
+
+    def check_training(self, update_every: int) -> None:
+        steps = self.settings.probe_steps(len(self.names))
+        if steps >= update_every:
+            raise ValueError(
+                f"The mixing-law probe windows take {steps} steps per update (mixing_law_sweeps={self.settings.sweeps}"
+                f" × {len(self.names)} corpora × mixing_law_window_steps={self.settings.window_steps}), not fewer "
+                f"than update_every={update_every}. Raise update_every or lower mixing_law_sweeps / "
+                "mixing_law_window_steps."
+            )
+
+    # ------------------------------------------------------------------ updates
+    def measures_at(self, step: int, update_every: int) -> bool:
+        """At every ``update_every``-th step a probe phase starts; inside one, at the end of each window."""
+        if self.phase is not None:
+            return step == self.phase.next_measurement(self.settings.window_steps)
+        return step > 0 and step % update_every == 0
+
+    def sampling_mix(self, p: np.ndarray) -> np.ndarray | None:
+        """The probe mix of the window now training (derived from p), else ``None`` (p itself)."""
+        window = self.phase.window if self.phase is not None else None
+        if window is None:
+            return None
+        return probe_mixes(p, self.settings.factor)[self.phase.order[window]]
+
+    def propose(self, measurement: Measurement) -> Proposal | None:
+        """Take the dev losses measured at a window boundary: the first starts a probe phase (its window order drawn
+        from the measurement's rng), the last ends it with the fitted law and a new p; ``None`` in between.
+        Non-finite losses end the phase at once (p stays)."""
+        losses = np.asarray(measurement.values, dtype=np.float64)
+        if not np.isfinite(losses).all():
+            self.phase = None
+            return Proposal(None, dict(measurement.extras), skipped=f"non-finite dev losses {losses.tolist()}")
+        if self.phase is None:
+            order = probe_order(len(self.names), self.settings.sweeps, measurement.rng)
+            self.phase = ProbePhase(int(measurement.step), order)
+        self.phase.losses.append(losses.tolist())
+        if len(self.phase.losses) <= len(self.phase.order):
+            return None
+        phase, self.phase = self.phase, None
+        mixes = probe_mixes(measurement.p, self.settings.factor)
+        law = fit_law(np.asarray(phase.losses), phase.order, mixes, self.settings.window_steps)
+        self.smoothed = smooth_law(self.smoothed, normalise_law(law), self.settings.ema)
+        p = law_step(measurement.p, measurement.prior, self.smoothed, self.settings.eta, self.settings.anchor)
+        gains = dict(zip(self.names, self.smoothed.sum(axis=0).tolist()))  # Σ_i Â_ij: what corpus j gains
+        return Proposal(p, {**measurement.extras, "gains": gains, "law": law.tolist(),
+                            "law_smoothed": self.smoothed.tolist(), "probe_order": phase.order,
+                            "probe_mixes": mixes.tolist(), "probe_losses": phase.losses, "probe_start": phase.start})
+
+    def log_fields(self, fields: Mapping[str, Any]) -> dict[str, float]:
+        return {f"mixing_law/gain_{name}": value for name, value in fields.get("gains", {}).items()}
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"settings": asdict(self.settings),
+                "smoothed": None if self.smoothed is None else self.smoothed.tolist(),
+                "phase": None if self.phase is None else asdict(self.phase)}
+
+    def load_state_dict(self, state: Mapping[str, Any] | None, p: np.ndarray, updated: bool) -> None:
+        if MixingLawSettings(**state["settings"]) != self.settings:
+            raise ValueError(f"The checkpoint's mixing-law settings are {state['settings']}, this run's "
+                             f"{asdict(self.settings)}; resume with the same mixing_law_* settings.")
+        phase = None if state["phase"] is None else ProbePhase(**state["phase"])
+        windows = sorted(list(range(len(self.names))) * self.settings.sweeps)
+        if phase is not None and (sorted(phase.order) != windows or not 1 <= len(phase.losses) <= len(windows)):
+            raise ValueError(f"Inconsistent mixing-law state: the probe phase {asdict(phase)} is not one of "
+                             f"{self.settings.sweeps} sweep(s) over {len(self.names)} corpora; the checkpoint is "
+                             "corrupt.")
+        self.smoothed = None if state["smoothed"] is None else np.asarray(state["smoothed"], dtype=np.float64)
+        self.phase = phase
+
+
+register_strategy("mixing-law", MixingLaw)
