@@ -285,7 +285,7 @@ def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str],
     lines = [f"## {group}", "", f"<!-- finding {group} -->", findings.get(group, f"**Finding:** {PLACEHOLDER}"),
              "<!-- /finding -->", "",
              f"{len(runs)} runs, seeds {', '.join(map(str, seeds))}; {recipe.get('max_steps')} steps, train_fraction "
-             f"{recipe.get('train_fraction', 1)}, corpora {recipe.get('corpus_dir')}; "
+             f"{recipe.get('train_fraction', 1)}, corpora {_corpus_dir(recipe.get('corpus_dir'))}; "
              f"{recipe.get('generation_num_beams')}-beam decoding of the {recipe.get('eval_split', 'test')} sets. "
              f"{compared}. {machines_line(runs)}", "",
              takeoff_line(runs), ""]
@@ -336,6 +336,15 @@ def write_report(archive: Path, page: Path, figures_dir: Path) -> str:
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(text, encoding="utf-8")
     return text
+
+
+def _corpus_dir(value: str | None) -> str | None:
+    """A run's corpus_dir as the recipe gave it: uat-train saves a folder it built (runs/known-answer/...) as an
+    absolute path of the machine that trained it."""
+    if not value or not Path(value).is_absolute():
+        return value
+    parts = Path(value).parts
+    return "/".join(parts[len(parts) - 1 - parts[::-1].index("runs"):]) if "runs" in parts else value
 
 
 def _shown(path: Path) -> str:

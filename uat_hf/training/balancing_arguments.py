@@ -168,14 +168,14 @@ class BalancingArguments:
                   f"{MixingLawSettings.anchor}; 0: none, as Aioli)."},
     )
     corpus_health_checks: int = field(
-        default=5,
+        default=3,
         metadata={"help": "Checks per run of how much the model relies on the sources of each corpus's training pairs "
                   "against its dev pairs; a corpus whose training pairs look broken (misaligned, noise) at two checks "
                   "in a row gets a warning naming it (docs/usage.md, 'Corpus health'). 0: no checks. Needs dev "
                   "corpora."},
     )
     corpus_health_tokens: int = field(
-        default=1024,
+        default=4096,
         metadata={"help": "Tokens of each corpus's training sample and of its dev sample in the corpus-health "
                   "checks."},
     )

@@ -31,7 +31,7 @@ class CorpusHealthCallback(TrainerCallback):
     """Checks every corpus's training/dev loss ratio ``checks`` times per run and warns about broken corpora."""
 
     def __init__(self, train_corpora: Mapping[str, Any], dev_corpora: Mapping[str, Any],
-                 collate_fn: Callable[[list[dict]], dict], *, checks: int = 5, tokens: int = 1024,
+                 collate_fn: Callable[[list[dict]], dict], *, checks: int = 3, tokens: int = 4096,
                  sub_batch_tokens: int = 4096, seed: int = 0, language_code_ids: Collection[int] = ()) -> None:
         if checks < 1:
             raise ValueError(f"corpus_health_checks must be >= 1 to build a CorpusHealthCallback, got {checks}.")
