@@ -120,7 +120,7 @@ def test_known_answer_recipes_differ_from_regime_a_only_where_the_cell_needs_it(
     allowed = {"output_dir", "strategy", "corpus_probabilities", "corpus_dir", "dedupe", "eval_split"}
     for setup, regime, strategy in recipes.known_answer_cells():
         fields = yaml.safe_load(texts[f"{setup}-{regime}-{strategy}.yaml"])
-        twin = strategy if strategy in recipes.STRATEGIES else "proportional"
+        twin = strategy if strategy in recipes.study_strategies() else "proportional"
         base = yaml.safe_load(texts[f"multidomain-A-{twin}.yaml"])
         differing = {key for key in fields.keys() | base.keys() if fields.get(key) != base.get(key)}
         assert differing <= allowed, (setup, regime, strategy, differing)

@@ -29,6 +29,7 @@ from transformers import DataCollatorForSeq2Seq, DefaultFlowCallback
 from transformers.trainer_utils import seed_worker
 
 from ..data.language_codes import language_code_ids
+from ..models.causal_model import is_causal_lm
 from ..sampling.sampler import CorpusBatchSampler
 from ..strategies.registry import get_strategy
 from ..strategies.rewards import BalancingReward, require_supported_model
@@ -109,7 +110,9 @@ def attach_balancing(
     callbacks = trainer.callback_handler.callbacks
     flow = next((i for i, c in enumerate(callbacks) if isinstance(c, DefaultFlowCallback)), -1)
     callbacks.insert(flow + 1, callback)
-    if dev_corpora and config.corpus_health_checks > 0:
+    # Source use is measured by giving a target another sentence's source: seq2seq models only (a decoder-only
+    # model's prompt and completion share one sequence).
+    if dev_corpora and config.corpus_health_checks > 0 and not is_causal_lm(trainer.model):
         callbacks.insert(flow + 2, CorpusHealthCallback(
             train_corpora, dev_corpora, measuring_collator(trainer), checks=config.corpus_health_checks,
             tokens=config.corpus_health_tokens, seed=seed,
