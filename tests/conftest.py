@@ -29,6 +29,13 @@ def multidomain_specs(max_examples: int = 400):
     return specs
 
 
+@pytest.fixture(autouse=True)
+def own_preparation_cache(tmp_path_factory, monkeypatch):
+    """Each test gets its own preparation cache (uat-train's prepared data, kept by default in HF_DATASETS_CACHE), so
+    that no test reads data another test or an earlier session prepared, and none fills the user's cache."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path_factory.mktemp("hf_datasets_cache")))
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """A joint BPE tokenizer trained on a slice of the bundled English–German sample."""

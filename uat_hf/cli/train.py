@@ -46,19 +46,18 @@ from ..utils.checkpoints import (
 )
 from .arguments import DataArguments, ModelArguments
 from .parsing import exit_on_help, make_help_parser, make_parser, portable_paths
+from .preparation import prepare_data
 from .recipe import Recipe
 from .run_arguments import RunArguments
 from .train_data import (
     InputError,
     build_specs,
-    build_tokenizer,
     causal_prompt,
     check_before_training,
     check_lengths,
     check_model_lengths,
     check_tokenizer_codes,
     language_codes_for,
-    load_data,
     position_limit,
     say,
     tags_for,
@@ -142,7 +141,8 @@ def prepare(
         + (f"; evaluation only: {', '.join(s.name for s in eval_specs)}" if eval_specs else "")
     )
 
-    tokenizer = build_tokenizer(model_args, specs, tags, data_args)
+    tokenizer, train, dev, eval_corpora, ood = prepare_data(training_args, data_args, model_args, specs, eval_specs,
+                                                            tags, tag_of, eval_tag_of, prompt)
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)
     if training_args.should_save:
         tokenizer.save_pretrained(output_dir)
@@ -152,7 +152,6 @@ def prepare(
         + (f", {data_args.language_tags} codes " + ", ".join(f"{n} {c.source}→{c.target}" for n, c in codes.items())
            if codes else ""))
 
-    train, dev, eval_corpora, ood = load_data(data_args, specs, eval_specs, tokenizer, tag_of, eval_tag_of, prompt)
     check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora)
     say(
         "data: " + ", ".join(f"{n} {len(train[n])} train / {len(dev[n]) if n in dev else 0} dev" for n in train)
