@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import launch_two_ranks
+from conftest import launch_two_machines, launch_two_ranks
 
 HERE = Path(__file__).parent
 
@@ -100,3 +100,22 @@ def test_mixing_law_two_ranks_agree_inside_and_after_the_probe_windows(tmp_path)
     expected = [sum(len(range(r, sum(shape), 2)) for shape in shapes) for r in (0, 1)]
     assert [ranks[r][-1]["forwards"] for r in (0, 1)] == expected
     assert sum(expected) == sum(map(sum, shapes))
+
+
+@pytest.mark.distributed
+def test_two_machines_agree_at_every_step_and_resume_exactly(tmp_path):
+    """`accelerate launch --num_machines 2` with one process per machine, both machines on this host: p and the
+    corpus draws are bit-identical on the two machines, and the run resumed from its step-3 checkpoint retraces the
+    uninterrupted one's steps 4-6 and ends with the same weights."""
+    launch_two_machines(HERE / "distributed" / "two_machines_run.py", tmp_path)
+    full = rank_traces(tmp_path)
+    resumed = [json_lines(tmp_path / f"rank-resumed-{r}.jsonl") for r in (0, 1)]
+    assert [r["step"] for r in full[0]] == [1, 2, 3, 4, 5, 6] == [r["step"] for r in full[1]]
+    assert [r["step"] for r in resumed[0]] == [4, 5, 6] == [r["step"] for r in resumed[1]]
+    for trace in (full, resumed):
+        for a, b in zip(*trace):
+            assert a["p"] == b["p"] and a["sampler"] == b["sampler"]  # the two machines agree bit for bit
+    assert resumed[0] == full[0][3:]  # the resumed run retraces the uninterrupted one
+    assert full[0][0]["p"] != full[0][-1]["p"]  # the updates at steps 2, 4, 6 moved p
+    weights = [json.loads((tmp_path / f"weights{r}.json").read_text()) for r in (0, 1)]
+    assert weights[0] == weights[1] and weights[0]["full"] == weights[0]["resumed"]
