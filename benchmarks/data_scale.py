@@ -8,7 +8,9 @@ the tiny preset and evaluates 8 test sentences per corpus. Measured from ``uat-t
 
 - start-up: process start to the ``corpora:`` line (imports, recipe);
 - preparation: the ``corpora:`` line to the ``model:`` line (tokenizer, data, model);
-- first batch: process start to the Trainer's first logged step (``logging_steps: 1``), i.e. the first batch trained;
+- first batch: process start to the Trainer's first logged step (``logging_steps: 1``), i.e. the first batch trained,
+  and the same less the start-up (what the data costs before training starts; start-up is imports, seconds on an
+  idle machine but far more on a busy one);
 - peak memory: the largest resident set of any process of the run (``uat-train`` or a preparation worker).
 
 Prints a table and, last, ``cached_first_batch_seconds=<x>`` (the second run at the largest size, most workers).
@@ -55,6 +57,7 @@ class Run:
     first_batch: float
     peak_mb: float
     total: float
+    load: float = float("nan")  # the 1-minute load average when the run ended: how busy the machine was
 
 
 @functools.cache
@@ -159,16 +162,17 @@ def main(argv: list[str] | None = None) -> None:
                 config = folder / f"recipe-{workers}.yaml"
                 config.write_text(yaml.safe_dump(recipe(specs, folder / f"run-{workers}", options.max_steps)))
                 for run in ("first", "second (cached)"):
-                    runs.append(Run(pairs, workers, run, *timed_run(config, workers, env)))
+                    runs.append(Run(pairs, workers, run, *timed_run(config, workers, env), os.getloadavg()[0]))
                     print(f"# {runs[-1]}", flush=True)
     finally:
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     print(f"\n{'pairs':>9} {'workers':>7} {'run':<16} {'start-up s':>10} {'prep s':>7} {'1st batch s':>11} "
-          f"{'peak MB':>8} {'total s':>8}")
+          f"{'less start-up':>13} {'peak MB':>8} {'total s':>8} {'load':>5}")
     for r in runs:
         print(f"{r.pairs:>9} {r.workers:>7} {r.run:<16} {r.startup:>10.1f} {r.preparation:>7.1f} "
-              f"{r.first_batch:>11.1f} {r.peak_mb:>8.0f} {r.total:>8.1f}")
+              f"{r.first_batch:>11.1f} {r.first_batch - r.startup:>13.1f} {r.peak_mb:>8.0f} {r.total:>8.1f} "
+              f"{r.load:>5.1f}")
     last = runs[-1]
     print(f"cached_first_batch_seconds={last.first_batch:.1f}")
 
