@@ -110,17 +110,20 @@ def recipe(specs: list[dict], output_dir: Path, max_steps: int) -> dict:
     }
 
 
-def timed_run(config: Path, workers: int, env: dict) -> tuple[float, float, float, float, float]:
-    """``(start-up, preparation, first batch, peak MB, total)`` seconds of one ``uat-train`` run."""
+def timed_run(config: Path, workers: int, env: dict, log: Path) -> tuple[float, float, float, float, float]:
+    """``(start-up, preparation, first batch, peak MB, total)`` seconds of one ``uat-train`` run, whose output goes
+    to ``log`` with each line's time since the start."""
     uat_train = [sys.executable, "-m", "uat_hf.cli.train"]
     command = [sys.executable, "-c", _PEAK_RSS, *uat_train, "--config", str(config),
                "--preprocessing_num_workers", str(workers)]
     start = time.monotonic()
     seen: dict[str, float] = {}
     peak_kb, tail = 0.0, []
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as process:
+    with (subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as process,
+          open(log, "w", encoding="utf-8") as saved):
         for line in process.stdout:
             now = time.monotonic() - start
+            saved.write(f"{now:8.1f} {line}")
             tail = (tail + [line])[-40:]
             if "[uat-train] corpora:" in line:
                 seen.setdefault("corpora", now)
@@ -162,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
                 config = folder / f"recipe-{workers}.yaml"
                 config.write_text(yaml.safe_dump(recipe(specs, folder / f"run-{workers}", options.max_steps)))
                 for run in ("first", "second (cached)"):
-                    runs.append(Run(pairs, workers, run, *timed_run(config, workers, env), os.getloadavg()[0]))
+                    log = folder / f"uat-train-{workers}-{run.split()[0]}.log"
+                    runs.append(Run(pairs, workers, run, *timed_run(config, workers, env, log), os.getloadavg()[0]))
                     print(f"# {runs[-1]}", flush=True)
     finally:
         if options.keep is None:

@@ -12,7 +12,9 @@ What a run does, in order (every input is checked before any training step):
    (out-of-domain) corpora.
 3. Tokenizer: a joint subword vocabulary trained on the training corpora with the language tags as special
    tokens (saved to ``output_dir`` at once), or a saved / Hub tokenizer.
-4. Data: cleaning, tagging, tokenization (``uat_hf.data.corpora.load_corpora``), cached by ``datasets``.
+4. Data: cleaning, tagging, tokenization (``uat_hf.data.corpora.load_corpora``), cached by ``datasets``; the
+   tokenizer and the tokenized corpora are also kept in the preparation cache (:mod:`uat_hf.cli.preparation`), from
+   which a later run of the same recipe reads them instead of steps 3-4.
 5. Model: a preset built from scratch or a pretrained checkpoint.
 6. ``UATTrainer.train()``, then per-corpus BLEU/chrF on the eval split: a table with the macro average and
    the sacreBLEU signatures, ``eval_results.json``, and model + tokenizer + the effective ``recipe.yaml``
@@ -20,7 +22,8 @@ What a run does, in order (every input is checked before any training step):
    checkpoint already at ``max_steps``, a run whose evaluation was cut short, it evaluates that checkpoint's
    model instead of training.
 
-Steps 2-4 and the checks on their results are in :mod:`uat_hf.cli.train_data`.
+Steps 2-4 and the checks on their results are in :mod:`uat_hf.cli.train_data`, the cache in
+:mod:`uat_hf.cli.preparation`.
 """
 
 from __future__ import annotations
