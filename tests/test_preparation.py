@@ -187,3 +187,20 @@ def test_the_cache_defaults_to_the_datasets_cache_and_skips_unpinned_hub_corpora
     pinned = CorpusSpec(name="wmt", source_lang="en", target_lang="de", path="wmt/wmt14", hub_config="de-en",
                         revision="b199e406369ec1b7634206d76da1f2ab6d7d2cfb")
     assert spec_fingerprint(pinned)[0]["spec"]["revision"] == pinned.revision
+
+
+def test_a_save_cut_short_is_never_read_and_a_second_saver_keeps_the_first_folder(tmp_path, tokenizer):
+    from uat_hf.data.preparation_cache import PreparedData, load_prepared, save_prepared
+
+    rows = datasets.Dataset.from_dict({"input_ids": [[5, 1], [6, 7, 1]], "labels": [[8, 1], [9, 1]]})
+    folder = tmp_path / "key"
+    (folder / "train" / "0").mkdir(parents=True)  # a folder without its index: never read, replaced on saving
+    assert load_prepared(folder) is None
+    save_prepared(folder, PreparedData(tokenizer, {"train": {"a": rows}, "dev": {}}, {"out_of_domain": []}))
+    loaded = load_prepared(folder)
+    assert loaded.parts["train"]["a"].to_dict() == rows.to_dict() and loaded.parts["dev"] == {}
+    assert loaded.tokenizer.get_vocab() == tokenizer.get_vocab() and loaded.extra == {"out_of_domain": []}
+    other = datasets.Dataset.from_dict({"input_ids": [[4, 1]], "labels": [[4, 1]]})
+    save_prepared(folder, PreparedData(tokenizer, {"train": {"a": other}}, {}))  # another process, same key
+    assert load_prepared(folder).parts["train"]["a"].to_dict() == rows.to_dict()
+    assert [p.name for p in tmp_path.iterdir()] == ["key"]  # no temporary folder left behind

@@ -33,8 +33,8 @@ __all__ = [
 EVAL_SPLITS = ("dev", "test")
 LANGUAGE_TAG_MODES = ("auto", "marian", "target", *CODE_SCHEMES, "none")
 TOKENIZER_MODELS = ("bpe", "unigram")
-#: tokenizer_train_examples' default: a BPE vocabulary trained on 200K pairs of the bundled sample's sentences (30
-#: words on average) takes about 40 s on one CPU core, on 200K short pairs about 10 s (docs/usage.md, Large corpora).
+#: tokenizer_train_examples' default: on the shared 2-core machine an 8K BPE vocabulary took 21 s on 200K pairs of the
+#: bundled sample's sentences (30 words) and 6 s on 200K short synthetic pairs (docs/usage.md, Large corpora).
 DEFAULT_TOKENIZER_TRAIN_EXAMPLES = 200_000
 
 

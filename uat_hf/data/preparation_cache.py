@@ -107,8 +107,8 @@ def preparation_key(inputs: Mapping) -> str:
 
 
 def load_prepared(folder: Path) -> PreparedData | None:
-    """The data saved in ``folder``, or ``None`` when there is none (or it cannot be read: it is then prepared
-    anew and saved over)."""
+    """The data saved in ``folder``, or ``None`` when there is none (or it cannot be read: the folder is then removed,
+    to be prepared and saved anew)."""
     index_file = folder / _INDEX_FILE
     if not index_file.is_file():
         return None
@@ -120,7 +120,8 @@ def load_prepared(folder: Path) -> PreparedData | None:
                  for part, names in index["parts"].items()}
         tokenizer = load_tokenizer(str(folder / _TOKENIZER_FOLDER))
     except (OSError, ValueError, KeyError) as error:
-        logger.warning("Prepared data in %s cannot be read (%s); preparing it again.", folder, error)
+        logger.warning("Prepared data in %s cannot be read (%s); removed, preparing it again.", folder, error)
+        shutil.rmtree(folder, ignore_errors=True)
         return None
     return PreparedData(tokenizer, parts, index.get("extra", {}))
 
@@ -138,9 +139,9 @@ def save_prepared(folder: Path, prepared: PreparedData, inputs: Mapping | None =
         index = {"parts": {part: list(corpora) for part, corpora in prepared.parts.items()}, "extra": prepared.extra,
                  "inputs": inputs}
         (temporary / _INDEX_FILE).write_text(json.dumps(index, indent=1, default=str), encoding="utf-8")
-        if folder.exists():  # unreadable leftovers of an older run (load_prepared found nothing usable)
+        if folder.exists() and not (folder / _INDEX_FILE).is_file():  # no index: not a folder this function wrote
             shutil.rmtree(folder, ignore_errors=True)
-        os.replace(temporary, folder)
+        os.rename(temporary, folder)  # fails when another process has saved the same key meanwhile: its folder stays
     except OSError as error:
         if not (folder / _INDEX_FILE).is_file():
             logger.warning("Could not save the prepared data to %s (%s); the next run prepares it again.", folder,
