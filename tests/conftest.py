@@ -29,6 +29,13 @@ def multidomain_specs(max_examples: int = 400):
     return specs
 
 
+@pytest.fixture(autouse=True)
+def own_preparation_cache(tmp_path_factory, monkeypatch):
+    """Each test gets its own preparation cache (uat-train's prepared data, kept by default in HF_DATASETS_CACHE), so
+    that no test reads data another test or an earlier session prepared, and none fills the user's cache."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path_factory.mktemp("hf_datasets_cache")))
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """A joint BPE tokenizer trained on a slice of the bundled English–German sample."""
@@ -116,6 +123,38 @@ def launch_two_ranks(script: Path, outdir: Path, *script_args: str, timeout: int
         pytest.fail(f"2-process run of {script.name} hung for {timeout} s:\n{output[-3000:]}")
     assert process.returncode == 0, output[-3000:]
     return output
+
+
+def launch_two_machines(script: Path, outdir: Path, *script_args: str, timeout: int = 300) -> list[str]:
+    """``accelerate launch`` ``script`` as two machines of one process each, both on this host (machine ranks 0 and
+    1, rendezvous at 127.0.0.1 on a free port, gloo): the multi-node launch, with the network left out. Returns each
+    machine's output; on a timeout both process groups are killed and the test fails with their output so far."""
+    port = str(free_port())
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    processes = []
+    for rank in (0, 1):
+        command = [
+            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "2",
+            "--machine_rank", str(rank), "--num_processes", "2", "--main_process_ip", "127.0.0.1",
+            "--main_process_port", port, "--mixed_precision", "no", "--dynamo_backend", "no", str(script),
+            str(outdir), *script_args,
+        ]
+        processes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          env=env, start_new_session=True))
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=timeout)[0])
+    except subprocess.TimeoutExpired:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        outputs = [process.communicate()[0] for process in processes]
+        pytest.fail(f"2-machine run of {script.name} hung for {timeout} s:\n"
+                    + "\n".join(f"machine {r}:\n{o[-2000:]}" for r, o in enumerate(outputs)))
+    for rank, (process, output) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0, f"machine {rank}:\n{output[-3000:]}"
+    return outputs
 
 
 def corpus_of(sampler, index: int) -> str:

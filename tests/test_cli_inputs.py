@@ -16,6 +16,7 @@ import yaml
 
 from conftest import save_marian_tokenizer
 from uat_hf.cli import train as cli
+from uat_hf.cli.train_data import build_tokenizer
 from uat_hf.data.corpora import BUNDLED_DIR
 from uat_hf.data.tokenization import check_tags_in_vocab, load_tokenizer
 
@@ -110,7 +111,7 @@ def test_a_pretrained_tokenizer_without_the_tags_gets_them_as_single_tokens(mari
     tag_of, eval_tag_of = cli.tags_for(specs, eval_specs, data.language_tags)
     tags = sorted({t for t in tag_of.values() if t})
     assert tags == TAGS
-    tokenizer = cli.build_tokenizer(model, specs, tags, data)
+    tokenizer = build_tokenizer(model, specs, tags, data)
     check_tags_in_vocab(tokenizer, TAGS)
     assert len(tokenizer) == len(plain) + 2
     # The special tokens it had are kept, ordinary text encodes as before, and a tag decodes away.

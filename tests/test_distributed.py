@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import launch_two_ranks
+from conftest import launch_two_machines, launch_two_ranks
 
 HERE = Path(__file__).parent
 
@@ -105,7 +105,7 @@ def test_mixing_law_two_ranks_agree_inside_and_after_the_probe_windows(tmp_path)
 
 @pytest.mark.distributed
 def test_mixing_law_on_two_ranks_resumes_exactly_from_inside_a_probe_window(tmp_path):
-    """Issue 34 on two processes: checkpoint-11 falls inside window 1 of the second probe phase (measurements at 5-9,
+    """On two processes: checkpoint-11 falls inside window 1 of the second probe phase (measurements at 5-9,
     the update at 9, then 10-14, the update at 14), after an update; resumed there, both ranks end as the
     uninterrupted run."""
     script = HERE / "distributed" / "mixing_law_run.py"
@@ -126,3 +126,22 @@ def test_mixing_law_on_two_ranks_resumes_exactly_from_inside_a_probe_window(tmp_
     assert [h["step"] for h in drop] == [9, 14]
     assert [{k: v for k, v in h.items() if k != "seconds"}
             for h in json_lines(tmp_path / "resumed" / "run" / "balancing_history.jsonl")] == drop
+
+
+@pytest.mark.distributed
+def test_two_machines_agree_at_every_step_and_resume_exactly(tmp_path):
+    """`accelerate launch --num_machines 2` with one process per machine, both machines on this host: p and the
+    corpus draws are bit-identical on the two machines, and the run resumed from its step-3 checkpoint retraces the
+    uninterrupted one's steps 4-6 and ends with the same weights."""
+    launch_two_machines(HERE / "distributed" / "two_machines_run.py", tmp_path)
+    full = rank_traces(tmp_path)
+    resumed = [json_lines(tmp_path / f"rank-resumed-{r}.jsonl") for r in (0, 1)]
+    assert [r["step"] for r in full[0]] == [1, 2, 3, 4, 5, 6] == [r["step"] for r in full[1]]
+    assert [r["step"] for r in resumed[0]] == [4, 5, 6] == [r["step"] for r in resumed[1]]
+    for trace in (full, resumed):
+        for a, b in zip(*trace):
+            assert a["p"] == b["p"] and a["sampler"] == b["sampler"]  # the two machines agree bit for bit
+    assert resumed[0] == full[0][3:]  # the resumed run retraces the uninterrupted one
+    assert full[0][0]["p"] != full[0][-1]["p"]  # the updates at steps 2, 4, 6 moved p
+    weights = [json.loads((tmp_path / f"weights{r}.json").read_text()) for r in (0, 1)]
+    assert weights[0] == weights[1] and weights[0]["full"] == weights[0]["resumed"]

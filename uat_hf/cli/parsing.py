@@ -46,7 +46,7 @@ CONFIG_FLAG = "--config"
 HELP_ALL_FLAG = "--help-all"
 _POSITIONAL = "positional"
 #: Fields that name a local folder (created if missing): a saved recipe holds them as absolute paths.
-LOCAL_PATH_FIELDS = ("output_dir", "logging_dir", "dataset_cache_dir")
+LOCAL_PATH_FIELDS = ("output_dir", "logging_dir", "dataset_cache_dir", "preparation_cache_dir")
 #: Fields that may name a local file or folder, or something else (a preset, a Hub id, ``bundled:``, ``latest``):
 #: absolute in a saved recipe when they name an existing local path.
 PATH_FIELDS = ("corpus_dir", "ood_corpus_dir", "model_name_or_path", "tokenizer_name_or_path",

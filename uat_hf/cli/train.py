@@ -12,7 +12,9 @@ What a run does, in order (every input is checked before any training step):
    (out-of-domain) corpora.
 3. Tokenizer: a joint subword vocabulary trained on the training corpora with the language tags as special
    tokens (saved to ``output_dir`` at once), or a saved / Hub tokenizer.
-4. Data: cleaning, tagging, tokenization (``uat_hf.data.corpora.load_corpora``), cached by ``datasets``.
+4. Data: cleaning, tagging, tokenization (``uat_hf.data.corpora.load_corpora``), cached by ``datasets``; the
+   tokenizer and the tokenized corpora are also kept in the preparation cache (:mod:`uat_hf.cli.preparation`), from
+   which a later run of the same recipe reads them instead of steps 3-4.
 5. Model: a preset built from scratch or a pretrained checkpoint.
 6. ``UATTrainer.train()``, then per-corpus BLEU/chrF on the eval split: a table with the macro average and
    the sacreBLEU signatures, ``eval_results.json``, and model + tokenizer + the effective ``recipe.yaml``
@@ -20,7 +22,8 @@ What a run does, in order (every input is checked before any training step):
    checkpoint already at ``max_steps``, a run whose evaluation was cut short, it evaluates that checkpoint's
    model instead of training.
 
-Steps 2-4 and the checks on their results are in :mod:`uat_hf.cli.train_data`.
+Steps 2-4 and the checks on their results are in :mod:`uat_hf.cli.train_data`, the cache in
+:mod:`uat_hf.cli.preparation`.
 """
 
 from __future__ import annotations
@@ -45,19 +48,18 @@ from ..utils.checkpoints import (
 )
 from .arguments import DataArguments, ModelArguments
 from .parsing import exit_on_help, make_help_parser, make_parser, portable_paths
+from .preparation import prepare_data
 from .recipe import Recipe
 from .run_arguments import RunArguments
 from .train_data import (
     InputError,
     build_specs,
-    build_tokenizer,
     causal_prompt,
     check_before_training,
     check_lengths,
     check_model_lengths,
     check_tokenizer_codes,
     language_codes_for,
-    load_data,
     position_limit,
     say,
     tags_for,
@@ -142,7 +144,8 @@ def prepare(
         + (f"; evaluation only: {', '.join(s.name for s in eval_specs)}" if eval_specs else "")
     )
 
-    tokenizer = build_tokenizer(model_args, specs, tags, data_args)
+    tokenizer, train, dev, eval_corpora, ood = prepare_data(training_args, data_args, model_args, specs, eval_specs,
+                                                            tags, tag_of, eval_tag_of, prompt)
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)
     if training_args.should_save:
         tokenizer.save_pretrained(output_dir)
@@ -152,7 +155,6 @@ def prepare(
         + (f", {data_args.language_tags} codes " + ", ".join(f"{n} {c.source}→{c.target}" for n, c in codes.items())
            if codes else ""))
 
-    train, dev, eval_corpora, ood = load_data(data_args, specs, eval_specs, tokenizer, tag_of, eval_tag_of, prompt)
     check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora)
     say(
         "data: " + ", ".join(f"{n} {len(train[n])} train / {len(dev[n]) if n in dev else 0} dev" for n in train)

@@ -5,6 +5,7 @@ that refuse bad input before the first training step (:class:`InputError`).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -148,7 +149,7 @@ def check_tokenizer_codes(tokenizer, codes: dict[str, CorpusLanguageCodes], data
 
 def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: list[str], data_args: DataArguments):
     from ..data.corpora import load_corpus_split
-    from ..data.tokenization import check_tags_in_vocab, load_tokenizer, train_joint_tokenizer
+    from ..data.tokenization import check_tags_in_vocab, load_tokenizer, tokenizer_sample, train_joint_tokenizer
 
     name = model_args.tokenizer_name_or_path or (None if model_args.is_preset else model_args.model_name_or_path)
     if name is not None:
@@ -172,8 +173,14 @@ def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: l
         if model_args.tokenizer_max_sentences is not None and len(raw) > model_args.tokenizer_max_sentences:
             raw = raw.select(range(model_args.tokenizer_max_sentences))
         texts.append(raw)
-    return train_joint_tokenizer(
-        texts,
+    sample = tokenizer_sample(texts, model_args.tokenizer_train_examples)
+    used, total = sum(map(len, sample)), sum(map(len, texts))
+    say(f"training a {model_args.vocab_size}-token {model_args.tokenizer_model} tokenizer on "
+        + (f"all {total} training pairs" if used == total else
+           f"a seeded sample of {used} of the {total} training pairs (tokenizer_train_examples)"))
+    start = time.monotonic()
+    tokenizer = train_joint_tokenizer(
+        sample,
         vocab_size=model_args.vocab_size,
         model=model_args.tokenizer_model,
         special_tokens=tags,
@@ -181,6 +188,8 @@ def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: l
         min_frequency=model_args.tokenizer_min_frequency,
         model_max_length=max(data_args.max_source_length, data_args.max_target_length),
     )
+    say(f"tokenizer trained in {time.monotonic() - start:.0f}s")
+    return tokenizer
 
 
 def causal_prompt(data_args):

@@ -153,7 +153,7 @@ def load_corpora(
                 logger.info("Corpus %r has no %r split; skipped.", spec.name, split)
                 continue
             raw = load_corpus_split(spec, split, cache_dir=cache_dir)
-            pairs = preprocess(raw, preprocessing, corpus=spec.name, split=split)
+            pairs = preprocess(raw, preprocessing, corpus=spec.name, split=split, num_proc=num_proc)
             if prompt is not None:
                 result[split][spec.name] = tokenize_causal_corpus(
                     pairs, tokenizer, spec, prompt, max_source_length=max_source_length,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 import datasets
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
@@ -32,6 +33,9 @@ BASE_SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
 _WORD_BOUNDARY = "▁"
 #: Text columns read from a ``datasets.Dataset`` given to :func:`train_joint_tokenizer`.
 _TEXT_COLUMNS = ("source", "target")
+
+#: Seed of :func:`tokenizer_sample`: fixed, so that every run of a recipe (any seed, any rank) gets one tokenizer.
+TOKENIZER_SAMPLE_SEED = 0
 
 TextSource = Iterable[str] | datasets.Dataset | Sequence[datasets.Dataset] | Mapping[str, datasets.Dataset]
 
@@ -88,6 +92,28 @@ def train_joint_tokenizer(
         clean_up_tokenization_spaces=False,
         model_max_length=model_max_length,
     )
+
+
+def tokenizer_sample(corpora: Sequence[datasets.Dataset], limit: int, seed: int = TOKENIZER_SAMPLE_SEED
+                     ) -> list[datasets.Dataset]:
+    """At most ``limit`` pairs of ``corpora`` to train a joint tokenizer on: all of them when they hold no more,
+    else a seeded random sample that gives every corpus its share of ``limit`` (at least one pair), rows kept in
+    file order.
+
+    Why a sample: counting words and learning merges grow with the text; a few hundred thousand pairs already give
+    a vocabulary's frequent subwords, and the training text of a web-scale corpus (tens of millions of pairs) would
+    take many minutes. Why seeded and random rather than the first pairs: files are often sorted (by source, by
+    length), and the same recipe must get the same tokenizer on every run and every rank.
+    """
+    total = sum(len(corpus) for corpus in corpora)
+    if total <= limit:
+        return list(corpora)
+    sample = []
+    for index, corpus in enumerate(corpora):
+        count = max(1, round(limit * len(corpus) / total))
+        order = np.random.default_rng([seed, index]).permutation(len(corpus))
+        sample.append(corpus.select(np.sort(order[:count])))
+    return sample
 
 
 def load_tokenizer(name_or_path: str, **kwargs) -> PreTrainedTokenizerBase:
