@@ -73,8 +73,8 @@ def check_resume(folder: str, *, strategy: str, names: Sequence[str], settings: 
     state = read_state(folder)
     saved = state["distribution"]
     if saved["strategy"] != strategy:
-        raise ValueError(f"The checkpoint was trained with strategy {saved['strategy']!r}, this run uses {strategy!r};"
-                         " resume with the same strategy or start a new run.")
+        raise ValueError(f"The checkpoint {folder!r} was trained with strategy {saved['strategy']!r}, this run uses "
+                         f"{strategy!r}; resume with the same strategy or start a new run in another output_dir.")
     if list(saved["names"]) != list(names):
         raise ValueError(f"The checkpoint {folder!r} was trained on corpora {list(saved['names'])}, this run gives "
                          f"{list(names)}; resume with the same corpora in the same order, or start a new run in "
