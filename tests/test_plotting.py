@@ -194,3 +194,37 @@ def test_real_multidds_run_plots_its_cosine_heatmap(tmp_path, corpora, tokenizer
     for path in written:
         assert_png(path)
     assert_png(plot_cosine_heatmap(tmp_path / "run" / HISTORY_FILE, tmp_path / "again.png"))
+
+
+def test_uat_plot_of_two_runs_overlays_a_static_baseline_and_a_learned_run(tmp_path, corpora, tokenizer, capsys):
+    """Two tiny real runs, one proportional (a step-0 record only) and one multiuat: ``uat-plot A B`` draws both runs'
+    p on one chart, the static one as a flat line from its step-0 p to the learned run's last step."""
+    from uat_hf.evaluation.plotting import COMPARISON_PNG, probability_comparison_figure
+    from uat_hf.models.presets import build_model
+    from uat_hf.training.uat_config import UATConfig
+    from uat_hf.training.uat_trainer import UATTrainer
+
+    train = {name: ds.select(range(60)) for name, ds in corpora["train"].items()}
+    for name, strategy in (("proportional", "proportional"), ("learned", "multiuat")):
+        dynamic = {"measure": "exptp", "mc_samples": 2, "update_every": 1} if strategy == "multiuat" else {}
+        args = UATConfig(output_dir=str(tmp_path / name), strategy=strategy, max_steps=3, max_tokens=300,
+                         report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, **dynamic)
+        UATTrainer(build_model("tiny", tokenizer), args, train_corpora=train, dev_corpora=corpora["dev"],
+                   processing_class=tokenizer).train()
+    runs = [str(tmp_path / "proportional"), str(tmp_path / "learned")]
+    capsys.readouterr()
+    figure = probability_comparison_figure(runs)
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    assert set(lines) == {f"{run}: {name}" for run in ("proportional (proportional)", "learned (multiuat)")
+                          for name in train}
+    prior = load_history(tmp_path / "proportional")[0]["probabilities"]
+    learned = load_history(tmp_path / "learned")
+    for name in train:
+        flat = lines[f"proportional (proportional): {name}"]
+        assert list(flat.get_xdata()) == [0, 3] and list(flat.get_ydata()) == [prior[name]] * 2
+        curve = lines[f"learned (multiuat): {name}"]
+        assert list(curve.get_xdata()) == [0, 1, 2, 3]
+        assert list(curve.get_ydata())[1:] == [record["probabilities"][name] for record in learned]
+    plot_main([*runs, "--plot_dir", str(tmp_path / "figures")])
+    assert capsys.readouterr().out.split() == [str(tmp_path / "figures" / COMPARISON_PNG)]
+    assert_png(tmp_path / "figures" / COMPARISON_PNG)

@@ -8,6 +8,7 @@ from; the full-disk tests put ``output_dir`` on a real tmpfs of a few hundred KB
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -186,3 +187,39 @@ def test_a_disk_that_fills_up_mid_run_ends_in_one_line_and_leaves_no_torn_checkp
     assert message.startswith(f"output_dir '{out}' ran out of space while saving at step 2 (")
     assert f"the torn '{out / 'checkpoint-2'}' was removed" in message
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
+
+
+def tree_hashes(folder):
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(("argv", "changes", "message"), [
+    (["--strategy", "multidds-s"], {"measure": None},
+     "was trained with strategy 'multiuat', this run uses 'multidds-s'"),
+    (["--seed", "1"], {}, "was trained with seed=0 (this run gives 1)"),
+    (["--measure", "vartp"], {}, "was trained with measure='exptp' (this run gives 'vartp')"),
+    (["--mc_samples", "3"], {}, "was trained with mc_samples=2 (this run gives 3)"),
+    (["--corpora", "de"], {}, "was trained on corpora ['de', 'fr'], this run gives ['de']"),
+    (["--max_train_examples", "30"], {}, "The checkpoint's prior is"),
+    ([], {"state": {"format": 3}}, "has format 3, this version of uat_hf reads 4"),
+    ([], {"state": {"format": 4, "sampler": {}}}, "lacks distribution: it is torn or was not written by uat_hf"),
+], ids=["strategy", "seed", "measure", "mc_samples", "corpora", "prior", "old-format-state", "torn-state"])
+def test_a_refused_resume_is_one_line_and_leaves_the_run_folder_byte_identical(trained, tmp_path, capsys, argv,
+                                                                              changes, message):
+    """Resume never changes a file of the run (the history, the tokenizer) until the checkpoint, its state and the
+    recipe have all been checked."""
+    out = copy_of(trained, tmp_path)
+    changes = dict(changes)
+    state = changes.pop("state", None)
+    if state is not None:
+        (out / "checkpoint-2" / BALANCING_STATE_FILE).write_text(json.dumps(state))
+    before = tree_hashes(out)
+    code, stdout, err = run_cli(tmp_path, capsys, out, ["--resume_from_checkpoint", "latest", *argv], max_steps=4,
+                                **changes)
+    error = error_of(code, err)
+    assert message in error and "\n" not in error
+    assert str(out / "checkpoint-2") in error or "format" in error or "prior" in error
+    assert tree_hashes(out) == before

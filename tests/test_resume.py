@@ -189,3 +189,47 @@ def test_dynamic_strategy_that_would_never_update_is_refused_before_the_first_st
     with pytest.raises(ValueError, match=r"update_every=1000 >= max_steps=\d+ \(the steps this run trains\)"):
         trainer.train()
     assert not getattr(trainer, "trained_batches", [])
+
+
+def tree_hashes(folder):
+    """Every file under ``folder`` by relative path → its sha256: a refused resume must leave them all as they were."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"strategy": "uniform"}, r"trained with strategy 'multiuat', this run uses 'uniform'"),
+    ({"seed": 8}, r"trained with seed=7 \(this run gives 8\)"),
+    ({"measure": "vartp"}, r"trained with measure='exptp' \(this run gives 'vartp'\)"),
+    ({"update_every": 2}, r"trained with update_every=3 \(this run gives 2\)"),
+    ({"corpora": ["bible", "software"]}, r"trained on corpora \[.*\], this run gives \['bible', 'software'\]"),
+    ({"state": {"format": 3}}, r"has format 3, this version of uat_hf reads 4"),
+    ({"state": {"format": 4}}, r"lacks distribution, sampler: it is torn"),
+], ids=["strategy", "seed", "measure", "update_every", "corpora", "old-format-state", "torn-state"])
+def test_a_refused_resume_changes_no_file_of_the_run(tmp_path, corpora, tokenizer, change, message):
+    """Resume checks the checkpoint, its state and the settings before it cuts the history: a refusal is a
+    ValueError raised before training starts, and every file of output_dir is byte-identical afterwards."""
+    out = tmp_path / "run"
+    run(tmp_path, corpora, tokenizer, out, max_steps=11)  # history: steps 3, 6, 9; checkpoints 5 and 10
+    change = dict(change)
+    if "state" in change:
+        (out / "checkpoint-5" / STATE_FILE).write_text(json.dumps(change.pop("state")))
+    names = change.pop("corpora", None)
+    train = {n: corpora["train"][n] for n in names} if names else corpora["train"]
+    dev = {n: corpora["dev"][n] for n in names} if names else corpora["dev"]
+    before = tree_hashes(out)
+    settings = dict(output_dir=str(out), strategy="multiuat", measure="exptp", update_every=3, scorer_lr=1e-2,
+                    scorer_steps=20, max_steps=14, max_tokens=300, learning_rate=2e-3, warmup_steps=2, mc_samples=2,
+                    save_strategy="steps", save_steps=5, report_to=[], use_cpu=True, seed=7, disable_tqdm=True,
+                    logging_steps=100, mix_pool_batches=2)
+    settings.update(change)
+    if settings["strategy"] == "uniform":
+        settings = {k: v for k, v in settings.items() if k not in ("measure", "scorer_lr", "scorer_steps")}
+    trainer = RecordingTrainer(build_model("tiny", tokenizer), UATConfig(**settings), train_corpora=train,
+                               dev_corpora=dev, processing_class=tokenizer)
+    with pytest.raises(ValueError, match=message):
+        trainer.train(resume_from_checkpoint=str(out / "checkpoint-5"))
+    assert not getattr(trainer, "trained_batches", [])
+    assert tree_hashes(out) == before

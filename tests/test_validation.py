@@ -231,6 +231,19 @@ def unknown_language_tag(env: Env):
     return load(env, spec, tags={"legal": ">>xx<<"})
 
 
+def resume(env: Env, case: str, state: dict | None = None, **overrides: Any):
+    """Resume, with ``overrides``, from a checkpoint that a multiuat run on news and law (seed 7, measure exptp)
+    saved (or one whose balancing state is ``state``): ``UATTrainer.train`` refuses before training starts."""
+    folder = env.tmp / f"resume-{case}" / "checkpoint-2"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 2}), encoding="utf-8")
+    saved = trainer(env, strategy="multiuat", measure="exptp", seed=7).balancing
+    (folder / BALANCING_STATE_FILE).write_text(json.dumps(state or saved.state_dict()), encoding="utf-8")
+    settings = {"strategy": "multiuat", "measure": "exptp", "seed": 7, **overrides}
+    settings = {key: value for key, value in settings.items() if value is not None}
+    return trainer(env, **settings).train(resume_from_checkpoint=str(folder))
+
+
 # ---------------------------------------------------------------------------------------------- the cases
 
 
@@ -469,6 +482,23 @@ CASES: list[Case] = [
          "check_language_codes", "has none: use the model's own tokenizer",
          lambda e: check_language_codes(e.tokenizer, corpus_language_codes([CorpusSpec("news", "en", "de")],
                                                                             "nllb"))),
+    # --- resume: refused before any file of the run changes (uat-train: one error line, exit 2) ---
+    Case("resume-other-strategy", "resume a multiuat checkpoint with `strategy=\"multidds-s\"`", "UATTrainer.train",
+         "was trained with strategy 'multiuat', this run uses 'multidds-s'",
+         lambda e: resume(e, "strategy", strategy="multidds-s", measure=None)),
+    Case("resume-other-seed", "resume a checkpoint of seed 7 with `seed=8`", "UATTrainer.train",
+         "was trained with seed=7 (this run gives 8)", lambda e: resume(e, "seed", seed=8)),
+    Case("resume-other-measure", "resume a `measure=\"exptp\"` checkpoint with `measure=\"vartp\"`",
+         "UATTrainer.train", "was trained with measure='exptp' (this run gives 'vartp')",
+         lambda e: resume(e, "measure", measure="vartp")),
+    Case("resume-other-corpora", "resume a checkpoint of corpora news, law with news alone", "UATTrainer.train",
+         "was trained on corpora ['news', 'law'], this run gives ['news']",
+         lambda e: resume(e, "corpora", train=without(e.train, "law"), dev=without(e.dev, "law"))),
+    Case("resume-old-state", "resume from a checkpoint whose balancing state is `{\"format\": 3}`", "UATTrainer.train",
+         "has format 3, this version of uat_hf reads 4", lambda e: resume(e, "old-state", state={"format": 3})),
+    Case("resume-torn-state", "resume from a checkpoint whose balancing state is `{\"format\": 4}` (torn)",
+         "UATTrainer.train", "lacks distribution, sampler: it is torn",
+         lambda e: resume(e, "torn-state", state={"format": 4})),
 ]
 
 
@@ -520,6 +550,12 @@ in output_dir '…' to resume from ('…/checkpoint-2': '…/uat_balancing_state
 checkpoint folders and train afresh …` (empty or torn `checkpoint-N` folders are skipped with a warning) | \
 `test_checkpoints.py`, `test_resume.py::test_resume_true_skips_empty_and_torn_checkpoints_and_continues_exactly`, \
 `test_refusals.py` |
+| a checkpoint of another run: another strategy, corpora or setting that decides what the run computes \
+(`strategy`, `measure`, `seed`, `data_seed`, `update_every`, `mc_samples`, the scorer's and mixing-law's knobs, \
+`max_tokens`, ...), or a balancing state of another format or torn | the `resume-*` rows above; checked before any \
+file of the run changes, so the run folder is left byte-identical | \
+`test_resume.py::test_a_refused_resume_changes_no_file_of_the_run`, \
+`test_refusals.py::test_a_refused_resume_is_one_line_and_leaves_the_run_folder_byte_identical` |
 | a checkpoint already at `max_steps` | `Checkpoint … is already at step 5 and max_steps is 5: nothing is left to \
 train …` | `test_resume.py::test_resume_from_a_checkpoint_at_max_steps_is_refused_before_any_step` |
 | a dynamic strategy trained by epochs whose run is shorter than `update_every` | `update_every=1000 >= max_steps=N \

@@ -40,13 +40,16 @@ TRAINED_TOKENIZER_FIELDS = ("model_name_or_path", "vocab_size", "tokenizer_model
 
 
 def prepare_data(training_args, data_args: DataArguments, model_args: ModelArguments, specs: list[CorpusSpec],
-                 eval_specs: list[CorpusSpec], tags: list[str], tag_of: dict, eval_tag_of: dict, prompt=None):
+                 eval_specs: list[CorpusSpec], tags: list[str], tag_of: dict, eval_tag_of: dict, prompt=None,
+                 resume_from: str | None = None):
     """``(tokenizer, train, dev, eval_corpora, out_of_domain_names)``, read from the preparation cache when a run
     with the same key saved them, else prepared (:func:`~uat_hf.cli.train_data.build_tokenizer`,
-    :func:`~uat_hf.cli.train_data.load_data`) and saved."""
+    :func:`~uat_hf.cli.train_data.load_data`) and saved. A run resumed from checkpoint ``resume_from`` uses the
+    tokenizer saved there, never a newly trained one."""
     start = time.monotonic()
-    loads_tokenizer = model_args.tokenizer_name_or_path is not None or not model_args.is_preset
-    tokenizer = build_tokenizer(model_args, specs, tags, data_args) if loads_tokenizer else None
+    loads_tokenizer = (resume_from is not None or model_args.tokenizer_name_or_path is not None
+                       or not model_args.is_preset)
+    tokenizer = build_tokenizer(model_args, specs, tags, data_args, resume_from) if loads_tokenizer else None
 
     def prepare():
         nonlocal tokenizer

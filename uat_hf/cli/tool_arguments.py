@@ -175,7 +175,8 @@ def make_plot_parser() -> UATParser:
         (PlotArguments,),
         positional=("output_dir", "RUN_DIR"),
         prog="uat-plot",
-        usage="%(prog)s [RUN_DIR | --output_dir RUN_DIR] [--plot_dir DIR]",
+        usage="%(prog)s [RUN_DIR [RUN_DIR ...] | --output_dir RUN_DIR] [--plot_dir DIR]",
         description="Plot the sampling probabilities and rewards of a MultiUAT / MultiDDS-S run over training "
-        "steps, and the mean gradient-cosine heatmap of a MultiDDS-S run.",
+        "steps, and the mean gradient-cosine heatmap of a MultiDDS-S run. Several RUN_DIRs: their p on one chart "
+        "(a static strategy's run as a flat line at its step-0 p).",
     )

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..utils.checkpoints import (
+    BALANCING_STATE_FILE,
     checkpoint_bytes,
     checkpoint_step,
     free_bytes,
@@ -106,6 +107,7 @@ def prepare(
     from transformers import set_seed
 
     from ..models.presets import build_model
+    from ..training.resume_check import check_resume, check_trainer_resume, resume_settings
     from ..training.uat_trainer import UATTrainer
     from .checkpoint_prompt import PromptInCheckpoints
     from .time_budget import TimeBudgetCallback
@@ -144,10 +146,14 @@ def prepare(
         + (f"; evaluation only: {', '.join(s.name for s in eval_specs)}" if eval_specs else "")
     )
 
+    resume = training_args.resume_from_checkpoint  # a folder: resolved once, above
+    if resume and os.path.isfile(os.path.join(resume, BALANCING_STATE_FILE)):  # before anything is written
+        check_resume(resume, strategy=training_args.strategy, names=[s.name for s in specs],
+                     settings=resume_settings(training_args))
     tokenizer, train, dev, eval_corpora, ood = prepare_data(training_args, data_args, model_args, specs, eval_specs,
-                                                            tags, tag_of, eval_tag_of, prompt)
+                                                            tags, tag_of, eval_tag_of, prompt, resume_from=resume)
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)
-    if training_args.should_save:
+    if training_args.should_save and not resume:  # a resumed run keeps its own
         tokenizer.save_pretrained(output_dir)
         if prompt is not None:
             prompt.save_pretrained(output_dir)
@@ -187,6 +193,7 @@ def prepare(
         model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=dev, processing_class=tokenizer,
         callbacks=callbacks, corpus_generation_kwargs=corpus_generation_kwargs,
     )
+    check_trainer_resume(trainer, resume)  # the prior too, now that the corpora are read: one error line
     return trainer, eval_corpora, ood
 
 
@@ -313,18 +320,16 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
 
 
 def finished_checkpoint(training_args) -> str | None:
-    """The checkpoint ``resume_from_checkpoint`` asks for when it is already at ``max_steps``; else ``None``.
+    """The checkpoint ``resume_from_checkpoint`` names (resolved to a folder by :func:`prepare`) when it is already
+    at ``max_steps``; else ``None``.
 
     A driver that reruns interrupted runs with ``--resume_from_checkpoint latest`` meets runs whose training
     ended (the Trainer saves a checkpoint at the last step) but whose evaluation was cut short. The Trainer
     would take one more step from such a checkpoint, so ``UATTrainer.train`` refuses it; ``uat-train``
-    evaluates it instead. A checkpoint that cannot be resumed is refused (``ValueError``), as ``train`` would.
+    evaluates it instead.
     """
-    if training_args.max_steps <= 0:
-        return None
-    folder = resolve_resume_checkpoint(training_args.output_dir, training_args.resume_from_checkpoint,
-                                       exact=not training_args.allow_inexact_resume)
-    if folder is None:
+    folder = training_args.resume_from_checkpoint
+    if training_args.max_steps <= 0 or not folder:
         return None
     return folder if checkpoint_step(folder) >= training_args.max_steps else None
 

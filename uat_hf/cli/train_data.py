@@ -147,11 +147,16 @@ def check_tokenizer_codes(tokenizer, codes: dict[str, CorpusLanguageCodes], data
     return generation_kwargs(tokenizer, codes)
 
 
-def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: list[str], data_args: DataArguments):
+def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: list[str], data_args: DataArguments,
+                    resume_from: str | None = None):
+    """The run's tokenizer: the one named, or one trained on the training corpora; resumed from checkpoint folder
+    ``resume_from``, the tokenizer saved in it (the model's vocabulary), never a newly trained one."""
     from ..data.corpora import load_corpus_split
     from ..data.tokenization import check_tags_in_vocab, load_tokenizer, tokenizer_sample, train_joint_tokenizer
 
     name = model_args.tokenizer_name_or_path or (None if model_args.is_preset else model_args.model_name_or_path)
+    if name is None and resume_from and os.path.isfile(os.path.join(resume_from, "tokenizer.json")):
+        name = resume_from
     if name is not None:
         tokenizer = load_tokenizer(name)
         missing = []

@@ -34,13 +34,16 @@ __all__ = [
     "REWARDS_PNG",
     "average_cosine",
     "average_law",
+    "compare_probabilities",
     "corpus_curves",
     "load_history",
     "plot_cosine_heatmap",
     "plot_law_heatmap",
     "plot_probabilities",
+    "plot_probability_comparison",
     "plot_rewards",
     "plot_run",
+    "probability_comparison_figure",
 ]
 
 logger = logging.getLogger(__name__)
@@ -49,6 +52,7 @@ PROBABILITIES_PNG = "balancing_probabilities.png"
 REWARDS_PNG = "balancing_rewards.png"
 COSINE_PNG = "gradient_cosine.png"
 LAW_PNG = "mixing_law.png"
+COMPARISON_PNG = "balancing_probabilities_compared.png"
 
 _LINESTYLES = ("-", "--", "-.", ":")
 _MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -211,6 +215,52 @@ def plot_run(output_dir: str | Path, out_dir: str | Path | None = None) -> list[
     if "law" in recorded:
         written.append(plot_law_heatmap(history, target / LAW_PNG))
     return written
+
+
+def compare_probabilities(runs: Sequence[str | Path]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+    """Run label → :func:`corpus_curves` of p, for several runs on one chart. A static strategy's run (one record,
+    at step 0) holds its p flat to the last step any run reached, so that a proportional baseline lies beside a
+    learned run. Labels are the runs' folder names (their paths where two names clash)."""
+    histories = [load_history(run) for run in runs]
+    names = [Path(run).name if Path(run).suffix != ".jsonl" else Path(run).parent.name for run in runs]
+    labels = names if len(set(names)) == len(names) else [str(run) for run in runs]
+    last = max(int(record["step"]) for history in histories for record in history)
+    compared = {}
+    for label, history in zip(labels, histories):
+        curves = corpus_curves(history)
+        if last > 0:
+            curves = {name: (steps + [last], values + [values[-1]]) if steps[-1] < last and len(history) == 1
+                      else (steps, values) for name, (steps, values) in curves.items()}
+        compared[f"{label} ({history[0].get('strategy') or '?'})"] = curves
+    return compared
+
+
+def probability_comparison_figure(runs: Sequence[str | Path], *, title: str | None = None) -> Figure:
+    """p of several runs on one chart: a colour per corpus, a line style per run (a line is labelled
+    ``run (strategy): corpus``)."""
+    compared = compare_probabilities(runs)
+    figure = Figure(figsize=(8.5, 4.8), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    corpora = list(dict.fromkeys(name for curves in compared.values() for name in curves))
+    colours = {name: f"C{index % 10}" for index, name in enumerate(corpora)}
+    for index, (label, curves) in enumerate(compared.items()):
+        for name, (steps, values) in curves.items():
+            axes.plot(steps, values, color=colours[name], linestyle=_LINESTYLES[index % len(_LINESTYLES)],
+                      linewidth=1.8, label=f"{label}: {name}")
+    axes.set_ylim(0.0, min(1.0, 1.1 * max(max(v) for curves in compared.values() for _, v in curves.values())) or 1.0)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("training step")
+    axes.set_ylabel("sampling probability p")
+    axes.set_title(title or f"Corpus sampling probabilities of {len(compared)} runs", fontsize=11)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return figure
+
+
+def plot_probability_comparison(runs: Sequence[str | Path], path: str | Path, *, title: str | None = None) -> Path:
+    """:func:`probability_comparison_figure` saved to ``path`` (what ``uat-plot RUN_A RUN_B`` writes)."""
+    return _save(probability_comparison_figure(runs, title=title), Path(path))
 
 
 # --- helpers ------------------------------------------------------------------------------------------

@@ -179,10 +179,9 @@ class CorpusDistribution:
             "strategy_state": self.proposer.state_dict() if self.proposer is not None else None,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> None:
-        """Restore a :meth:`state_dict` and the ``history`` records of its updates (one per update, as
-        :class:`~uat_hf.utils.checkpoints.HistoryFile` reads them back) after checking they belong to this run and
-        agree with each other."""
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Refuse (``ValueError``) a :meth:`state_dict` that is not this run's, changing nothing: its format,
+        strategy, corpora, p and prior."""
         if state.get("format") != _STATE_FORMAT:
             raise ValueError(
                 f"Unsupported corpus distribution state format {state.get('format')!r} (expected {_STATE_FORMAT}); "
@@ -200,7 +199,7 @@ class CorpusDistribution:
             raise ValueError(f"The checkpoint's corpora are {list(state['names'])}, this run's {self.names}; "
                              "resume with the same corpora in the same order.")
         validate_probabilities(state["probabilities"], self.names)
-        probabilities = np.asarray(state["probabilities"], dtype=np.float64)  # as saved, bit for bit
+        probabilities = np.asarray(state["probabilities"], dtype=np.float64)
         prior = np.asarray(state["prior"], dtype=np.float64)
         if not np.allclose(prior, self._prior, rtol=0, atol=1e-12):
             raise ValueError(
@@ -209,10 +208,18 @@ class CorpusDistribution:
                 "scorer_prior_temperature, corpus_probabilities) or the corpus sizes changed. Resume with the same "
                 "settings and data, or start a new run."
             )
-        update_count, version = int(state["update_count"]), int(state["version"])
-        if version == 0 and not np.array_equal(probabilities, prior):
+        if int(state["version"]) == 0 and not np.array_equal(probabilities, prior):
             raise ValueError(f"Inconsistent corpus distribution state: p = {probabilities.tolist()} but the prior is "
                              f"{prior.tolist()} and p never changed; the checkpoint is corrupt.")
+
+    def load_state_dict(self, state: Mapping[str, Any], history: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Restore a :meth:`state_dict` and the ``history`` records of its updates (one per update, as
+        :class:`~uat_hf.utils.checkpoints.HistoryFile` reads them back) after checking they belong to this run and
+        agree with each other."""
+        self.check_state(state)
+        probabilities = np.asarray(state["probabilities"], dtype=np.float64)  # as saved, bit for bit
+        prior = np.asarray(state["prior"], dtype=np.float64)
+        update_count, version = int(state["update_count"]), int(state["version"])
         if self.proposer is not None:
             self.proposer.load_state_dict(state["strategy_state"], probabilities, version > 0)
         if len(history) != update_count:

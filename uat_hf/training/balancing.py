@@ -37,6 +37,7 @@ from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
 from .balancing_arguments import BalancingArguments
 from .callback import CorpusBalancingCallback
 from .health_callback import CorpusHealthCallback
+from .resume_check import resume_settings
 from .uat_config import UATConfig
 
 __all__ = ["attach_balancing", "balancing_settings", "check_corpora", "concatenate_corpora", "corpus_dataloader",
@@ -101,6 +102,7 @@ def attach_balancing(
         seed=seed,
         accelerator=trainer.accelerator,
         allow_inexact_resume=config.allow_inexact_resume,
+        settings=resume_settings(config),
     )
     trainer.train_dataset = concatenate_corpora(train_corpora)
     _average_loss_per_batch(trainer)

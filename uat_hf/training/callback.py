@@ -26,7 +26,6 @@ the Trainer's next training log entry: the one its loggers receive and the one k
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -44,12 +43,10 @@ from ..strategies.rewards import BalancingReward
 from ..utils.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, HistoryFile, write_json_atomically
 from ..utils.columns import model_columns
 from ..utils.names import check_exact_names
+from .resume_check import STATE_FORMAT as _STATE_FORMAT
+from .resume_check import check_resume
 
 logger = logging.getLogger(__name__)
-
-# 2: the distribution saved in one piece; 3: without its history (balancing_history.jsonl has it); 4: the
-# distribution's p is the strategy's (not a probe mix), the strategy's own state beside it
-_STATE_FORMAT = 4
 
 
 class CorpusBalancingCallback(TrainerCallback):
@@ -77,6 +74,8 @@ class CorpusBalancingCallback(TrainerCallback):
         allow_inexact_resume: resume from a checkpoint without the balancing state (the sampler restarts its
             epoch and the distribution its prior, so the run no longer continues the same sequence) instead
             of refusing it.
+        settings: the run's settings that a resume must keep
+            (:func:`~uat_hf.training.resume_check.resume_settings`), saved in the state and checked on resume.
     """
 
     def __init__(
@@ -94,6 +93,7 @@ class CorpusBalancingCallback(TrainerCallback):
         train_corpora: Mapping[str, Any] | None = None,
         train_batch_tokens: int = 1024,
         allow_inexact_resume: bool = False,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.sampler = sampler
         self.distribution = sampler.distribution
@@ -106,6 +106,7 @@ class CorpusBalancingCallback(TrainerCallback):
         self.collate_fn = collate_fn
         self.train_batch_tokens = int(train_batch_tokens)
         self.allow_inexact_resume = bool(allow_inexact_resume)
+        self.settings = dict(settings or {})
         #: Checkpoint folder to restore from at the start of training; when unset and the Trainer resumes,
         #: ``output_dir/checkpoint-<global_step>`` (where the Trainer itself saves) is used.
         self.resume_from: str | None = None
@@ -298,7 +299,7 @@ class CorpusBalancingCallback(TrainerCallback):
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         return {"format": _STATE_FORMAT, "distribution": self.distribution.state_dict(),
-                "sampler": self.sampler.state_dict()}
+                "sampler": self.sampler.state_dict(), "settings": self.settings}
 
     def load_state_dict(self, state: Mapping, history: Sequence[Mapping] = ()) -> None:
         """Restore a :meth:`state_dict` and the ``history`` records of its distribution's updates."""
@@ -317,13 +318,16 @@ class CorpusBalancingCallback(TrainerCallback):
     def restore(self, folder: str, args: Any) -> None:
         """Continue from checkpoint ``folder``: its balancing state, and the history records of the updates it had
         seen, read from the history file of the run that saved it (in ``folder``'s parent) and kept as the history
-        file of this run (``args.output_dir``), without the records a later checkpoint or a kill left there."""
-        with open(os.path.join(folder, BALANCING_STATE_FILE), encoding="utf-8") as f:
-            state = json.load(f)
+        file of this run (``args.output_dir``), without the records a later checkpoint or a kill left there. The
+        history file is written only after the state was checked (:func:`~uat_hf.training.resume_check.check_resume`)
+        and loaded: a refused resume changes no file."""
+        state = check_resume(folder, strategy=self.strategy, names=self.sampler.names, settings=self.settings,
+                             distribution=self.distribution)
         self._history = HistoryFile(os.path.join(args.output_dir, HISTORY_FILE), writes=args.should_save)
         saved_in = os.path.join(os.path.dirname(os.path.abspath(folder)), HISTORY_FILE)
-        count = int(state.get("distribution", {}).get("update_count", 0))
-        self.load_state_dict(state, self._history.restore(count, source=saved_in))
+        records = self._history.records(int(state["distribution"]["update_count"]), source=saved_in)
+        self.load_state_dict(state, records)
+        self._history.keep(records)
 
 
 def join_training_log(state: Any, logs: dict | None, numbers: Mapping[str, float]) -> bool:

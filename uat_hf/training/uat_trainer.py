@@ -53,6 +53,7 @@ from ..utils.columns import IGNORE_INDEX, REFERENCE_COLUMN
 from ..utils.names import check_corpus_name
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
 from .nonfinite import watch_nonfinite_loss
+from .resume_check import check_trainer_resume
 from .throughput import TrainedCount
 from .uat_config import UATConfig
 
@@ -177,14 +178,16 @@ class UATTrainer(Seq2SeqTrainer):
 
         ``resume_from_checkpoint=True`` (or the strings ``"true"`` / ``"latest"``, as the command line gives
         them) takes the last *complete* checkpoint of ``output_dir``: folders left empty or torn by a run
-        killed while saving are skipped. A checkpoint that cannot be resumed exactly, or one already at
-        ``max_steps`` (the stock loop would train one step past it), is refused before training starts.
+        killed while saving are skipped. A checkpoint that cannot be resumed exactly, one of another run (strategy,
+        corpora, settings: :mod:`~uat_hf.training.resume_check`) or one already at ``max_steps`` (the stock loop
+        would train one step past it) is refused before training starts, and before any file changes.
         """
         if self.balancing is None:
             raise ValueError("This UATTrainer was built without train_corpora, for evaluation only: pass "
                              "train_corpora={name: tokenized Dataset, ...} to train.")
         resume_from_checkpoint = resolve_resume_checkpoint(self.args.output_dir, resume_from_checkpoint,
                                                            exact=not self.args.allow_inexact_resume)
+        check_trainer_resume(self, resume_from_checkpoint)  # before any file of the run changes
         if resume_from_checkpoint and self.args.should_save:
             remove_stray_temporaries(self.args.output_dir)
         if resume_from_checkpoint and self.args.max_steps > 0:

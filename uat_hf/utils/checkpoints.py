@@ -228,13 +228,9 @@ class HistoryFile:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
-    def restore(self, count: int, source: str | None = None) -> list[dict[str, Any]]:
-        """The first ``count`` records of ``source`` (default: this file), which this file then holds exactly.
-
-        Records past ``count`` (written after the checkpoint being resumed, by a later checkpoint's run or
-        before a kill) and a line torn by a kill are dropped. Fewer than ``count`` complete records: the
-        history of the checkpoint is lost, and an exact resume is refused.
-        """
+    def records(self, count: int, source: str | None = None) -> list[dict[str, Any]]:
+        """The first ``count`` records of ``source`` (default: this file), read only. Fewer than ``count``
+        complete records: the history of the checkpoint is lost, and an exact resume is refused."""
         source = self.path if source is None else source
         records = _read_records(source, count) if count > 0 else []
         if count > 0 and self.writes:
@@ -245,11 +241,24 @@ class HistoryFile:
                 f"holds {len(records)} complete records of them. Put back that run's {HISTORY_FILE} (it lies in "
                 "the output_dir the checkpoint was saved in), or start a new run."
             )
+        return records
+
+    def keep(self, records: list[dict[str, Any]]) -> None:
+        """Make this file hold exactly ``records`` (no file for none).
+
+        Records past them (written after the checkpoint being resumed, by a later checkpoint's run or before a
+        kill) and a line torn by a kill are dropped."""
         if self.writes and records:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             _write_text_atomically(self.path, "".join(json.dumps(record) + "\n" for record in records))
         elif self.writes and os.path.exists(self.path):
             os.remove(self.path)  # no record yet: no file
+
+    def restore(self, count: int, source: str | None = None) -> list[dict[str, Any]]:
+        """The first ``count`` records of ``source`` (:meth:`records`), which this file then holds exactly
+        (:meth:`keep`)."""
+        records = self.records(count, source)
+        self.keep(records)
         return records
 
 
