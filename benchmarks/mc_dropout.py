@@ -22,12 +22,11 @@ import argparse
 import contextlib
 import math
 import tempfile
-import threading
 import time
 
 import numpy as np
-import psutil
 import torch
+from peak_memory import PeakMemory
 
 from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.data.tokenization import train_joint_tokenizer
@@ -36,37 +35,6 @@ from uat_hf.strategies.multiuat.measures import eos_positions, position_statisti
 from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer
-
-
-class PeakMemory:
-    """Peak extra memory during a block: CUDA allocator peak on GPU, sampled process RSS on CPU."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.peak = device, 0
-
-    def __enter__(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
-        else:
-            self.process, self.base, self.running = psutil.Process(), psutil.Process().memory_info().rss, True
-            self.thread = threading.Thread(target=self._sample, daemon=True)
-            self.thread.start()
-        return self
-
-    def _sample(self):
-        while self.running:
-            self.peak = max(self.peak, self.process.memory_info().rss - self.base)
-            time.sleep(0.002)
-
-    def __exit__(self, *exc):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-            self.peak = torch.cuda.max_memory_allocated() - self.base
-        else:
-            self.running = False
-            self.thread.join()
 
 
 def authors_style(model, dev_rows, collate, measure: str, k: int, eos: int) -> np.ndarray:

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from peak_memory import PeakMemory
 
 from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.data.tokenization import train_joint_tokenizer
@@ -145,7 +146,7 @@ class Run:
     error: str | None = None  # e.g. out of memory
 
 
-class PeakMemory:
+class UpdatePeaks:
     """CUDA allocator peaks inside ``trainer.training_step`` and inside the balancing updates, by wrapping the two
     methods of these objects (each call synchronises the device: only for runs that measure memory)."""
 
@@ -160,13 +161,12 @@ class PeakMemory:
         inner = getattr(owner, method)
 
         def measured(*args: Any, **kwargs: Any) -> Any:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
+            memory = PeakMemory(torch.device("cuda"))
             try:
-                return inner(*args, **kwargs)
+                with memory:
+                    return inner(*args, **kwargs)
             finally:
-                torch.cuda.synchronize()
-                self.peaks[key] = max(self.peaks[key], torch.cuda.max_memory_allocated())
+                self.peaks[key] = max(self.peaks[key], memory.absolute)
 
         setattr(owner, method, measured)
 
@@ -195,7 +195,7 @@ def timed_run(options: argparse.Namespace, tokenizer: Any, data: dict, strategy:
     """Train once; the wall time, the part of it inside updates and (``options.memory`` on CUDA) the peaks."""
     with tempfile.TemporaryDirectory() as out:
         trainer = make_trainer(options, tokenizer, data, strategy, out, steps, update_every, **config)
-        memory = PeakMemory(trainer) if getattr(options, "memory", False) and torch.cuda.is_available() else None
+        memory = UpdatePeaks(trainer) if getattr(options, "memory", False) and torch.cuda.is_available() else None
         tokens = count_train_tokens(trainer)
         error = None
         start = time.perf_counter()
