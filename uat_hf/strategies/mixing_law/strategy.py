@@ -60,9 +60,10 @@ class MixingLaw(BalancingStrategy):
 
     @classmethod
     def build_reward(cls, config: Any, model: Any, tokenizer: Any = None, accelerator: Any = None) -> Any:
+        from ...data.language_codes import language_code_ids
         from .dev_loss import DevLoss
 
-        reward = DevLoss()
+        reward = DevLoss(language_code_ids(tokenizer))
         reward.check_model(model, accelerator)
         return reward
 
