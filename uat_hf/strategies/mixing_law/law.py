@@ -24,7 +24,7 @@ hurts at this scale, and that the proportional prior is the best static mix):
 A is fitted on the mix each window really drew (the realised shares, when the sampler reports them; the nominal
 probe mixes otherwise: with one corpus per batch a 3-step window draws 3 batches, far from its nominal mix), then
 optionally gated by its evidence (:func:`gate_law`: the column sums' differences shrunk by ``k`` standard errors,
-estimated from the sweeps' replicate fits, :func:`column_sum_errors`), normalised (Aioli: shifted to a minimum of 0
+estimated from the fit's residuals, :func:`column_sum_errors`), normalised (Aioli: shifted to a minimum of 0
 when negative, then divided by its sum, which makes η scale-free) and smoothed (EMA, as Aioli's ``ema``).
 """
 
@@ -165,31 +165,31 @@ def fit_law(losses: np.ndarray, order: Sequence[int], mixes: np.ndarray, window_
     return np.linalg.solve(mixes, means).T
 
 
-def column_sum_errors(losses: np.ndarray, order: Sequence[int], window_mixes: np.ndarray,
-                      window_steps: int) -> np.ndarray | None:
-    """Standard error of each centred column sum ``Σ_i A_ij − mean_j Σ_i A_ij`` (what moves p), from the sweeps.
+def column_sum_errors(losses: np.ndarray, window_mixes: np.ndarray, window_steps: int) -> np.ndarray | None:
+    """Standard error of each centred column sum ``Σ_i A_ij − mean_j Σ_i A_ij`` (what moves p), from the residuals.
 
-    Every sweep holds one window per corpus, so each gives a replicate fit of A (``window_mixes``: [windows,
-    corpora], the mix each window drew); the spread of their centred column sums over the S sweeps, divided by
-    √S, is the error of the whole phase's fit (the mean of the replicates when every window drew its nominal mix).
-    Each dev loss is first detrended over the phase (least squares on the window position): the sweeps run in
-    alternate directions, so a steady learning trend would otherwise show up as a difference between replicates.
-    ``None`` with one sweep (no replicate).
+    The windows (``window_mixes``: [windows, corpora], the mix each window drew) are more than the law's N unknowns
+    per dev loss once there are two sweeps, so the least-squares residuals of each dev loss's falls measure its
+    noise σ_i² (with a linear trend over the phase as one more regressor: the model learns as the phase goes on,
+    and a steady trend is not noise). The covariance of row i of A is then ``σ_i² (XᵀX)⁻¹`` and, the dev losses'
+    noises independent, the centred column sums' variance is their sum. With the nominal mixes this is the spread
+    between the sweeps' replicate fits, pooled over the dev corpora (N·(W − N − 1) degrees of freedom instead of
+    S − 1). ``None`` when the windows leave no residual (one sweep).
     """
     falls = _window_falls(losses, window_steps)
-    n = window_mixes.shape[1]
-    sweeps = len(order) // n
-    if sweeps < 2:
+    windows, n = np.asarray(window_mixes).shape
+    if windows < n + 2:
         return None
-    position = np.arange(len(falls), dtype=np.float64) - (len(falls) - 1) / 2
-    falls = falls - np.outer(position, position @ falls / (position @ position))
-    sums = []
-    for s in range(sweeps):
-        rows = slice(s * n, (s + 1) * n)
-        law = np.linalg.lstsq(np.asarray(window_mixes[rows], dtype=np.float64), falls[rows], rcond=None)[0].T
-        column = law.sum(axis=0)
-        sums.append(column - column.mean())
-    return np.std(np.asarray(sums), axis=0, ddof=1) / np.sqrt(sweeps)
+    position = np.arange(windows, dtype=np.float64) - (windows - 1) / 2
+    x = np.column_stack([np.asarray(window_mixes, dtype=np.float64), position])
+    coefs, *_ = np.linalg.lstsq(x, falls, rcond=None)
+    residual_df = windows - np.linalg.matrix_rank(x)
+    if residual_df < 1:
+        return None
+    sigma2 = ((falls - x @ coefs) ** 2).sum(axis=0) / residual_df  # [dev corpora]
+    centre = np.eye(n) - 1.0 / n
+    cov = centre @ np.linalg.pinv(x.T @ x)[:n, :n] @ centre.T
+    return np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2.sum())
 
 
 def gate_law(law: np.ndarray, errors: np.ndarray, k: float) -> np.ndarray:

@@ -183,8 +183,7 @@ class MixingLaw(BalancingStrategy):
         losses = np.asarray(phase.losses)
         window_steps = self.settings.window_steps
         law = fit_law(losses, phase.order, mixes, window_steps, realised)
-        errors = column_sum_errors(losses, phase.order, mixes[phase.order] if realised is None else realised,
-                                   window_steps)
+        errors = column_sum_errors(losses, mixes[phase.order] if realised is None else realised, window_steps)
         gated = law if errors is None or self.settings.evidence == 0 else gate_law(law, errors, self.settings.evidence)
         self.smoothed = smooth_law(self.smoothed, normalise_law(gated), self.settings.ema)
         if self.settings.update == "aioli":
