@@ -271,3 +271,52 @@ def test_a_checkpoint_inside_a_probe_window_after_an_update_resumes_exactly(tmp_
     assert resumed.corpus_sampler.state_dict() == full.corpus_sampler.state_dict()
     for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+
+
+def batch_corpora(trained_batches, corpora, tokenizer) -> list[list[str]]:
+    """The corpus of every row of every trained batch, found by its (unpadded) input ids."""
+    owner = {tuple(ids): name for name, ds in corpora["train"].items() for ids in ds["input_ids"]}
+    pad = tokenizer.pad_token_id
+
+    def unpadded(row):
+        while row and row[-1] == pad:
+            row = row[:-1]
+        return tuple(row)
+
+    return [[owner[unpadded(row)] for row in batch] for batch in trained_batches]
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_every_batch_of_a_probe_window_comes_from_that_windows_mix(tmp_path, corpora, tokenizer, accumulation):
+    """Issue 36: the first batch of each window used to be drawn with the previous window's mix (the prefetch lag).
+    With factor 1 a window's mix is its corpus alone, so every batch the trainer trains in window m is from order[m];
+    and the law is fitted on the shares the windows really drew."""
+    full, history = run(corpora, tokenizer, tmp_path / "run", max_steps=18, mixing_law_factor=1.0, mix_corpora=False,
+                        save_strategy="no", gradient_accumulation_steps=accumulation)
+    record = history[0]["mixing-law"]
+    names = full.corpus_distribution.names
+    order = [names[j] for j in record["probe_order"]]
+    rows = batch_corpora(full.trained_batches, corpora, tokenizer)
+    steps = [rows[i:i + accumulation] for i in range(0, len(rows), accumulation)]  # optimizer step s: steps[s - 1]
+    for m, name in enumerate(order):  # window m trains steps 10 + 2m and 11 + 2m
+        for step in (10 + 2 * m, 11 + 2 * m):
+            assert {c for batch in steps[step - 1] for c in batch} == {name}, (m, step)
+    realised = np.array(record["realised_mixes"])
+    np.testing.assert_array_equal(realised, np.eye(4)[record["probe_order"]])
+
+
+def test_the_law_is_fitted_on_the_shares_each_window_drew(tmp_path, corpora, tokenizer):
+    """One corpus per batch: a 2-step window draws 2 batches, far from its nominal mix; the record's realised shares
+    are those of the batches trained in each window, and the law is fitted on them."""
+    full, history = run(corpora, tokenizer, tmp_path / "run", max_steps=18, mix_corpora=False, save_strategy="no")
+    record = history[0]["mixing-law"]
+    names = full.corpus_distribution.names
+    rows = batch_corpora(full.trained_batches, corpora, tokenizer)
+    realised = np.array(record["realised_mixes"])
+    for m in range(4):
+        drawn = [c for batch in rows[9 + 2 * m:11 + 2 * m] for c in batch]  # steps 10 + 2m, 11 + 2m
+        np.testing.assert_allclose(realised[m], [drawn.count(n) / len(drawn) for n in names], rtol=1e-12)
+    mixes = np.array(record["probe_mixes"])
+    assert not np.allclose(realised, mixes[record["probe_order"]], atol=0.05)
+    np.testing.assert_allclose(record["law"], fit_law(np.array(record["probe_losses"]), record["probe_order"],
+                                                      mixes, 2, realised), rtol=1e-10)
