@@ -415,3 +415,8 @@ def test_aioli_update_recomputes_p_from_uniform_and_the_new_knobs_are_checked():
         MixingLawSettings(evidence=2.0, sweeps=1)
     with pytest.raises(ValueError, match="mixing_law_evidence must be >= 0"):
         MixingLawSettings(evidence=-1.0)
+    config = UATConfig(output_dir="unused", strategy="mixing-law", mixing_law_update="aioli", mixing_law_evidence=3.0,
+                       seed=5, use_cpu=True)
+    assert MixingLaw.knobs(config) == {"settings": MixingLawSettings(update="aioli", evidence=3.0), "seed": 5}
+    with pytest.raises(ValueError, match="mixing_law_update must be one of"):
+        UATConfig(output_dir="unused", strategy="mixing-law", mixing_law_update="aioly", use_cpu=True)

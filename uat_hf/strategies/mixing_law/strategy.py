@@ -67,6 +67,7 @@ class MixingLaw(BalancingStrategy):
         #: Examples drawn per corpus by the steps of the current or next probe phase (step -> counts), as the
         #: sampler reports them (:meth:`drawn`); what the windows really trained on.
         self.realised: dict[int, list[float]] = {}
+        self.fitted_through = 0  # the step of the last fitted phase's end: a replay's older steps are not kept
 
     @classmethod
     def settings_of(cls, config: Any) -> MixingLawSettings:
@@ -145,7 +146,7 @@ class MixingLaw(BalancingStrategy):
     def drawn(self, step: int, counts: np.ndarray) -> None:
         """The sampler drew ``counts`` examples per corpus for optimizer step ``step`` (every rank the same);
         kept for the steps of probe windows, keyed by step, so a replay after a resume rewrites the same values."""
-        if self._window_of(step) is not None:
+        if step > self.fitted_through and self._window_of(step) is not None:
             self.realised[int(step)] = np.asarray(counts, dtype=np.float64).tolist()
 
     def _realised_mixes(self, phase: ProbePhase) -> np.ndarray | None:
@@ -179,7 +180,8 @@ class MixingLaw(BalancingStrategy):
         phase, self.phase = self.phase, None
         mixes = probe_mixes(measurement.p, self.settings.factor)
         realised = self._realised_mixes(phase)
-        self.realised = {s: c for s, c in self.realised.items() if s > measurement.step}  # later phases' only
+        self.fitted_through = int(measurement.step)
+        self.realised = {s: c for s, c in self.realised.items() if s > self.fitted_through}  # later phases' only
         losses = np.asarray(phase.losses)
         window_steps = self.settings.window_steps
         law = fit_law(losses, phase.order, mixes, window_steps, realised)
@@ -208,7 +210,8 @@ class MixingLaw(BalancingStrategy):
         return {"settings": asdict(self.settings),
                 "smoothed": None if self.smoothed is None else self.smoothed.tolist(),
                 "phase": None if self.phase is None else asdict(self.phase),
-                "realised": [[step, counts] for step, counts in sorted(self.realised.items())]}
+                "realised": [[step, counts] for step, counts in sorted(self.realised.items())],
+                "fitted_through": self.fitted_through}
 
     def load_state_dict(self, state: Mapping[str, Any] | None, p: np.ndarray, updated: bool) -> None:
         if MixingLawSettings(**state["settings"]) != self.settings:
@@ -223,6 +226,7 @@ class MixingLaw(BalancingStrategy):
         self.smoothed = None if state["smoothed"] is None else np.asarray(state["smoothed"], dtype=np.float64)
         self.phase = phase
         self.realised = {int(step): list(counts) for step, counts in state.get("realised", [])}
+        self.fitted_through = int(state.get("fitted_through", 0))
 
 
 register_strategy("mixing-law", MixingLaw)
