@@ -177,7 +177,7 @@ class BalancingArguments:
     mixing_law_evidence: float | None = field(
         default=None,
         metadata={"help": f"mixing-law: k of the evidence gate: each centred column sum of the fitted law shrinks "
-                  f"toward 0 by k standard errors (from the sweeps' replicate fits; needs mixing_law_sweeps >= 2). "
+                  f"toward 0 by k standard errors (from the fit's residuals; needs mixing_law_sweeps >= 2). "
                   f"Default {MixingLawSettings.evidence}: no gate."},
     )
     corpus_health_checks: int = field(

@@ -69,7 +69,7 @@ class MixingLawSettings:
     anchor: float = 0.25  #: λ, pull of log p toward log prior per update (0: none, as Aioli); "anchored" only
     update: str = "anchored"  #: one of :data:`UPDATES`
     #: k of the evidence gate: each centred column sum of A shrinks toward 0 by k standard errors (0: no gate; it
-    #: needs sweeps >= 2 for its replicate fits)
+    #: needs sweeps >= 2: one sweep leaves the fit no residual)
     evidence: float = 0.0
 
     def __post_init__(self) -> None:
@@ -86,7 +86,7 @@ class MixingLawSettings:
             raise ValueError(f"mixing_law_evidence must be >= 0, got {self.evidence}.")
         if self.evidence > 0 and int(self.sweeps) < 2:
             raise ValueError(f"mixing_law_evidence={self.evidence} needs mixing_law_sweeps >= 2 (its standard errors "
-                             f"come from the sweeps' replicate fits), got {self.sweeps}.")
+                             f"come from the fit's residuals), got {self.sweeps}.")
         for name in ("ema", "anchor"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"mixing_law_{name} must be in [0, 1), got {getattr(self, name)}.")
