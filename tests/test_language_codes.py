@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import M2M100Config, M2M100ForConditionalGeneration, MBartConfig, MBartForConditionalGeneration
+from transformers import (
+    DataCollatorForSeq2Seq,
+    M2M100Config,
+    M2M100ForConditionalGeneration,
+    MBartConfig,
+    MBartForConditionalGeneration,
+)
 
 from uat_hf.data.corpora import BUNDLED_DIR, CorpusSpec, corpus_specs_from_directory, load_corpora, load_corpus_split
 from uat_hf.data.language_codes import (
@@ -256,6 +262,40 @@ def test_mbart50_codes_in_inputs_labels_and_per_corpus_generation(tmp_path):
     trainer.train()
     firsts = {name: set(t.output.predictions[:, 1].tolist()) for name, t in trainer.translate().items()}
     assert firsts == {name: {code_id(tokenizer, code)} for name, code in expected.items()}
+
+
+def test_mixing_law_dev_loss_does_not_score_the_target_language_code(m2m100_tokenizer):
+    """Strategy mixing-law's DevLoss skips the leading target code, as the other rewards do: it is fixed by the
+    corpus, so scoring it adds a spurious "training on j helps j and hurts the others" term to the law."""
+    import torch.nn.functional as F
+
+    from uat_hf.strategies.mixing_law.dev_loss import DevLoss
+    from uat_hf.strategies.mixing_law.strategy import MixingLaw
+
+    tokenizer = m2m100_tokenizer
+    model = tiny_model(tokenizer)
+    data = load_corpora(one_to_many_specs(8), tokenizer, splits=("dev",), tags="m2m100", max_source_length=16,
+                        max_target_length=16)["dev"]
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    batches = [[collator([{k: ds[i][k] for k in ("input_ids", "attention_mask", "labels")} for i in range(4)])]
+               for ds in data.values()]
+    reward = MixingLaw.build_reward(UATConfig(output_dir="unused", strategy="mixing-law", use_cpu=True), model,
+                                    tokenizer)
+    assert reward.language_code_ids >= {code_id(tokenizer, f"__{name}__") for name in TARGETS}
+    masked = reward.finalize(reward.compute(model, batches))[0]
+    unmasked = DevLoss().finalize(DevLoss().compute(model, batches))[0]
+    model.eval()
+    with torch.no_grad():
+        for loss, plain, (batch,) in zip(masked, unmasked, batches):
+            labels = batch["labels"]
+            logits = model(**batch).logits
+            scored = labels != -100
+            scored[:, 0] = False  # every row opens with the corpus's code
+            by_hand = F.cross_entropy(logits[scored], labels[scored]).item()
+            assert loss == pytest.approx(by_hand, rel=1e-5)
+            assert plain == pytest.approx(F.cross_entropy(logits[labels != -100], labels[labels != -100]).item(),
+                                          rel=1e-5)
+            assert abs(loss - plain) > 1e-4
 
 
 @pytest.mark.distributed

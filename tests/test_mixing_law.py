@@ -13,7 +13,10 @@ from uat_hf.evaluation.plotting import plot_run
 from uat_hf.models.presets import build_model
 from uat_hf.strategies.mixing_law.law import (
     MixingLawSettings,
+    aioli_step,
+    column_sum_errors,
     fit_law,
+    gate_law,
     law_step,
     normalise_law,
     probe_base,
@@ -271,3 +274,149 @@ def test_a_checkpoint_inside_a_probe_window_after_an_update_resumes_exactly(tmp_
     assert resumed.corpus_sampler.state_dict() == full.corpus_sampler.state_dict()
     for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+
+
+def batch_corpora(trained_batches, corpora, tokenizer) -> list[list[str]]:
+    """The corpus of every row of every trained batch, found by its (unpadded) input ids."""
+    owner = {tuple(ids): name for name, ds in corpora["train"].items() for ids in ds["input_ids"]}
+    pad = tokenizer.pad_token_id
+
+    def unpadded(row):
+        while row and row[-1] == pad:
+            row = row[:-1]
+        return tuple(row)
+
+    return [[owner[unpadded(row)] for row in batch] for batch in trained_batches]
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_every_batch_of_a_probe_window_comes_from_that_windows_mix(tmp_path, corpora, tokenizer, accumulation):
+    """Issue 36: the first batch of each window used to be drawn with the previous window's mix (the prefetch lag).
+    With factor 1 a window's mix is its corpus alone, so every batch the trainer trains in window m is from order[m];
+    and the law is fitted on the shares the windows really drew."""
+    full, history = run(corpora, tokenizer, tmp_path / "run", max_steps=18, mixing_law_factor=1.0, mix_corpora=False,
+                        save_strategy="no", gradient_accumulation_steps=accumulation)
+    record = history[0]["mixing-law"]
+    names = full.corpus_distribution.names
+    order = [names[j] for j in record["probe_order"]]
+    rows = batch_corpora(full.trained_batches, corpora, tokenizer)
+    steps = [rows[i:i + accumulation] for i in range(0, len(rows), accumulation)]  # optimizer step s: steps[s - 1]
+    for m, name in enumerate(order):  # window m trains steps 10 + 2m and 11 + 2m
+        for step in (10 + 2 * m, 11 + 2 * m):
+            assert {c for batch in steps[step - 1] for c in batch} == {name}, (m, step)
+    realised = np.array(record["realised_mixes"])
+    np.testing.assert_array_equal(realised, np.eye(4)[record["probe_order"]])
+
+
+def test_the_law_is_fitted_on_the_shares_each_window_drew(tmp_path, corpora, tokenizer):
+    """One corpus per batch: a 2-step window draws 2 batches, far from its nominal mix; the record's realised shares
+    are those of the batches trained in each window, and the law is fitted on them."""
+    full, history = run(corpora, tokenizer, tmp_path / "run", max_steps=18, mix_corpora=False, save_strategy="no")
+    record = history[0]["mixing-law"]
+    names = full.corpus_distribution.names
+    rows = batch_corpora(full.trained_batches, corpora, tokenizer)
+    realised = np.array(record["realised_mixes"])
+    for m in range(4):
+        drawn = [c for batch in rows[9 + 2 * m:11 + 2 * m] for c in batch]  # steps 10 + 2m, 11 + 2m
+        np.testing.assert_allclose(realised[m], [drawn.count(n) / len(drawn) for n in names], rtol=1e-12)
+    mixes = np.array(record["probe_mixes"])
+    assert not np.allclose(realised, mixes[record["probe_order"]], atol=0.05)
+    np.testing.assert_allclose(record["law"], fit_law(np.array(record["probe_losses"]), record["probe_order"],
+                                                      mixes, 2, realised), rtol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------------- signal and noise
+
+HELPS_EVERYONE = 0.01 * np.eye(4) + np.array([0.0, 0.0, 0.0, 0.05])[None, :]  # corpus 3 lowers every dev loss
+
+
+def synthetic_run(settings, draws="exact", report=True, updates=10, random_losses=None):
+    """The strategy driven as the callback and the sampler drive it, on dev losses that follow ``HELPS_EVERYONE``
+    (``random_losses``: i.i.d. losses of that spread instead). ``draws``: "exact" (every step trains on its planned
+    mix) or "one" (one corpus per batch, one batch per step, drawn from the planned mix); ``report``: the sampler
+    tells the strategy what each step drew. The largest distance of p from the prior at any update, and the last p."""
+    prior = np.array([0.4, 0.3, 0.2, 0.1])
+    distribution = build_distribution("mixing-law", {"a": 40, "b": 30, "c": 20, "d": 10}, settings=settings)
+    strategy = distribution.proposer
+    strategy.check_training(100)
+    rng = np.random.default_rng(0)
+    loss, farthest = np.full(4, 5.0 if random_losses is None else 3.0), 0.0
+    for update in range(updates):
+        step = 100 * (update + 1)
+        distribution.measured(step, loss, rng=rng)
+        while strategy.phase is not None:
+            for _ in range(settings.window_steps):
+                step += 1
+                mix = distribution.planned_mix(distribution.p, step)
+                counts = 10 * (mix if draws == "exact" else np.eye(4)[rng.choice(4, p=mix)])
+                if report:
+                    distribution.drawn(step, counts)
+                loss = loss - HELPS_EVERYONE @ (counts / counts.sum())
+            if random_losses is not None:
+                loss = 3.0 + rng.normal(0.0, random_losses, 4)
+            distribution.measured(step, loss, rng=rng)
+        farthest = max(farthest, float(np.abs(distribution.p - prior).max()))
+    return farthest, distribution
+
+
+def test_pure_noise_leaves_p_at_the_prior_behind_the_evidence_gate():
+    gated, distribution = synthetic_run(MixingLawSettings(evidence=3.0), updates=30, random_losses=0.05)
+    assert gated <= 0.01
+    se = distribution.history[-1]["mixing-law"]["column_sum_se"]
+    assert set(se) == set("abcd") and all(v > 0 for v in se.values())
+    ungated, _ = synthetic_run(MixingLawSettings(), updates=30, random_losses=0.05)
+    assert ungated > 0.03  # without the gate the same noise walks p away (issue 36)
+
+
+def test_a_real_effect_passes_the_gate_and_reaches_at_least_aiolis_p():
+    _, gated = synthetic_run(MixingLawSettings(evidence=3.0))
+    _, aioli = synthetic_run(MixingLawSettings(update="aioli"))
+    record = gated.history[-1]["mixing-law"]
+    assert max(record["column_sum_se"].values()) < 1e-12  # noise-free: nothing to shrink
+    assert gated.p[3] >= aioli.p[3] > 0.4 and gated.p.argmax() == 3
+
+
+def test_one_corpus_per_batch_is_fitted_on_the_shares_drawn_not_the_nominal_mix():
+    _, exact = synthetic_run(MixingLawSettings())
+    _, realised = synthetic_run(MixingLawSettings(), draws="one")
+    _, nominal = synthetic_run(MixingLawSettings(), draws="one", report=False)
+    assert realised.p[3] == pytest.approx(exact.p[3], abs=0.01)
+    assert nominal.p[3] < exact.p[3] - 0.1  # what fitting the nominal mix cost
+    assert realised.history[-1]["mixing-law"]["realised_mixes"] is not None
+    assert nominal.history[-1]["mixing-law"]["realised_mixes"] is None
+
+
+def test_the_residual_errors_ignore_a_linear_trend_and_are_zero_for_an_exact_law():
+    rng = np.random.default_rng(1)
+    true_law = rng.normal(0.01, 0.02, size=(3, 3))
+    order = probe_order(3, 2, rng)
+    losses, mixes = simulate(true_law, np.array([0.5, 0.3, 0.2]), 0.5, order, 4, trend=np.array([0.03, -0.02, 0.01]))
+    np.testing.assert_allclose(column_sum_errors(losses, mixes[order], 4), 0.0, atol=1e-12)
+    assert column_sum_errors(losses[:4], mixes[order[:3]], 4) is None  # one sweep: no residual
+    noisy = losses + rng.normal(0, 0.01, losses.shape)
+    errors = column_sum_errors(noisy, mixes[order], 4)
+    law = fit_law(noisy, order, mixes, 4)
+    gated = gate_law(law, errors, 2.0)
+    centred = law.sum(axis=0) - law.sum(axis=0).mean()
+    shrunk = gated.sum(axis=0) - law.sum(axis=0).mean()  # around the law's common level, which p ignores
+    assert (np.abs(shrunk) < np.abs(centred)).all()
+    np.testing.assert_allclose(shrunk, np.sign(centred) * np.maximum(np.abs(centred) - 2.0 * errors, 0.0), atol=1e-12)
+
+
+def test_aioli_update_recomputes_p_from_uniform_and_the_new_knobs_are_checked():
+    law = np.array([[0.1, 0.3], [0.0, 0.2]])
+    expected = np.exp(2.0 * law.sum(axis=0)) / np.exp(2.0 * law.sum(axis=0)).sum()
+    np.testing.assert_allclose(aioli_step(law, 2.0), expected)
+    # law_step agrees with it only from a uniform p without anchor (and, over updates, only with ema 0)
+    np.testing.assert_allclose(law_step(np.full(2, 0.5), np.full(2, 0.5), law, 2.0, 0.0), expected)
+    with pytest.raises(ValueError, match="mixing_law_update must be one of"):
+        MixingLawSettings(update="aioly")
+    with pytest.raises(ValueError, match="mixing_law_evidence=2.0 needs mixing_law_sweeps >= 2"):
+        MixingLawSettings(evidence=2.0, sweeps=1)
+    with pytest.raises(ValueError, match="mixing_law_evidence must be >= 0"):
+        MixingLawSettings(evidence=-1.0)
+    config = UATConfig(output_dir="unused", strategy="mixing-law", mixing_law_update="aioli", mixing_law_evidence=3.0,
+                       seed=5, use_cpu=True)
+    assert MixingLaw.knobs(config) == {"settings": MixingLawSettings(update="aioli", evidence=3.0), "seed": 5}
+    with pytest.raises(ValueError, match="mixing_law_update must be one of"):
+        UATConfig(output_dir="unused", strategy="mixing-law", mixing_law_update="aioly", use_cpu=True)

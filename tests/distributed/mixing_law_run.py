@@ -43,9 +43,9 @@ def main(outdir: str, max_steps: int = 10, save_steps: int | None = None, resume
     trainer.forwards = 0
     measure = uat_hf.strategies.mixing_law.dev_loss.dev_loss_sums
 
-    def counting(model, batch):
+    def counting(model, batch, *rest):
         trainer.forwards += 1
-        return measure(model, batch)
+        return measure(model, batch, *rest)
 
     uat_hf.strategies.mixing_law.dev_loss.dev_loss_sums = counting
     sub_batches = record_sub_batches(trainer)  # per measurement: sub-batches of each dev batch

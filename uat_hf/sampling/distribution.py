@@ -83,6 +83,19 @@ class CorpusDistribution:
         mix = self.proposer.sampling_mix(self._p) if self.proposer is not None else None
         return self._p.copy() if mix is None else np.asarray(mix, dtype=np.float64)
 
+    def planned_mix(self, p: np.ndarray, step: int) -> np.ndarray:
+        """The mix to draw the batches of optimizer step ``step`` with, given the p in force (``p``): the strategy's
+        planned mix (mixing-law's probe window of that step), or ``p`` itself. Lets the sampler draw ahead of
+        training with the mix of the step a batch is for, not of the step it is drawn in."""
+        mix = self.proposer.planned_mix(p, step) if self.proposer is not None else None
+        return p if mix is None else np.asarray(mix, dtype=np.float64)
+
+    def drawn(self, step: int, counts: np.ndarray) -> None:
+        """The sampler drew ``counts`` examples per corpus for optimizer step ``step``: told to the strategy
+        (mixing-law fits its law on the shares its windows really drew)."""
+        if self.proposer is not None:
+            self.proposer.drawn(step, counts)
+
     @property
     def prior(self) -> np.ndarray:
         return self._prior.copy()

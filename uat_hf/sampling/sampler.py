@@ -1,19 +1,19 @@
 """Which corpus, and which of its examples, each training batch holds.
 
-``datasets.interleave_datasets`` fixes the mixing probabilities when it is called, so a balancer that
-re-learns them during training has to own the sampling. :class:`CorpusBatchSampler` is a PyTorch batch
-sampler over the concatenation of N corpora that draws each batch's corpus *lazily* from the live
-probability vector (paper, Algorithm 1). It does not own p: it reads it from a
-:class:`~uat_hf.sampling.distribution.CorpusDistribution` before every batch, so a change of p takes effect from the
-next batch the sampler yields.
+``datasets.interleave_datasets`` fixes the mixing probabilities when called, so a balancer that re-learns them
+owns the sampling: :class:`CorpusBatchSampler`, over N concatenated corpora, draws each batch's corpus *lazily* from
+the live p (paper, Algorithm 1), read from a :class:`~uat_hf.sampling.distribution.CorpusDistribution` (its owner)
+before every batch.
 
-**Prefetch lag.** PyTorch iterates a batch sampler in the main process, also with worker processes, but
-the DataLoader asks for batches ahead of the training step: ``num_workers * prefetch_factor`` batches with
-workers, and accelerate's ``DataLoaderShard`` one more to detect the end of an epoch. A new probability
-vector therefore reaches training after at most that many batches (1–2 with the default
-``dataloader_num_workers=0``). Where it took effect is recorded, so a replay is exact either way. With
-instance-level mixing, batches are drawn ``mix_pool_batches`` at a time (a pool, re-batched by length when
-larger than 1), and a new vector takes effect from the next pool.
+**Prefetch lag.** The DataLoader asks for batches ahead of the training step (``num_workers * prefetch_factor``
+with workers, and accelerate's ``DataLoaderShard`` one more), so a new p reaches training after at most that many
+batches (1–2 with ``dataloader_num_workers=0``); where it took effect is recorded, so a replay is exact. With
+instance-level mixing, a new vector takes effect from the next pool of ``mix_pool_batches`` batches.
+
+**Planned mixes** escape the lag: told the steps done when the epoch began (``set_epoch(epoch, first_step)``) and
+the batches per optimizer step (``batches_per_step``: accumulation × processes), batch k is drawn with the
+distribution's ``planned_mix`` for step ``first_step + k // batches_per_step + 1`` (mixing-law's probe windows; p
+for others), and each step's examples per corpus are reported (``drawn``). The schedule then records p, not the mix.
 
 **What p is a share of: training examples**, in both batching modes. With one corpus per batch the
 sampler draws a batch's corpus from ``q_n ∝ p_n / e_n`` (e_n: corpus n's mean examples per batch) so that
@@ -153,15 +153,14 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         self._started = False
         self._complete = False
         self._drawn = 0
+        self._first_step: int | None = None  # optimizer steps done when this epoch began (None: not told)
+        self.batches_per_step = 1  # batches of one optimizer step over all ranks, set by the trainer
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
-    def from_datasets(
-        cls,
-        corpora: Mapping[str, object],
-        distribution: CorpusDistribution | Sequence[float] | None = None,
-        **kwargs,
-    ) -> CorpusBatchSampler:
+    def from_datasets(cls, corpora: Mapping[str, object],
+                      distribution: CorpusDistribution | Sequence[float] | None = None, **kwargs,
+                      ) -> CorpusBatchSampler:
         """Build from tokenized ``datasets.Dataset``s (default p: proportional to size)."""
         return cls({name: example_lengths(dataset) for name, dataset in corpora.items()}, distribution, **kwargs)
 
@@ -186,6 +185,10 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         p = self.probabilities if p is None else p
         return batch_choice_probabilities(p, self.examples_per_corpus_batch, mix_corpora=self.mix_corpora)
 
+    def _live(self) -> np.ndarray:
+        """What the schedule records: the sampled mix, or with planned mixes p itself (each step's mix is derived)."""
+        return self.distribution.probabilities if self._first_step is None else self.distribution.p
+
     def _sync(self) -> None:
         """Take a change of p made since the last batch: from the next batch on (position ``_drawn``)."""
         if self.distribution.version == self._seen_version:
@@ -196,7 +199,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
                 f"{self.distribution.version}: restore the distribution from the same checkpoint as the sampler."
             )
         self._seen_version = self.distribution.version
-        p = self.distribution.probabilities
+        p = self._live()
         if not self._started:
             self._epoch_start_probabilities = p
         elif not self._complete:
@@ -204,13 +207,17 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             self._schedule = [c for c in self._schedule if c.position < self._drawn]
             self._schedule.append(_Change(self._drawn, p))
 
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration draws; the same epoch again means an exact replay."""
+    def set_epoch(self, epoch: int, first_step: int | None = None) -> None:
+        """Select the epoch the next iteration draws; the same epoch again means an exact replay. ``first_step``:
+        the optimizer steps done when the epoch begins (planned mixes); kept from the checkpoint once it started."""
         epoch = int(epoch)
         if epoch != self.epoch:
             self._begin_epoch(epoch)
         else:
             self._complete = False
+        if first_step is not None and not self._started:
+            self._first_step = int(first_step)
+            self._epoch_start_probabilities = self._live()
 
     def _begin_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -220,6 +227,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         self._started = False
         self._complete = False
         self._drawn = 0
+        self._first_step = None
 
     # ------------------------------------------------------------------ iteration
     def __len__(self) -> int:
@@ -259,12 +267,16 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             pending: tuple[int, int] | None = None  # (index, size) of an example that did not fit its batch
         else:
             streams = [self._corpus_stream(i) for i in range(len(self.names))]
+        counts, step = np.zeros(len(self.names)), None  # examples drawn per corpus for the step (planned mixes)
         for position in range(self._epoch_length):
             self._sync()
             while next_change < len(self._schedule) and self._schedule[next_change].position <= position:
                 p = self._schedule[next_change].probabilities
                 next_change += 1
-            cumulative = np.cumsum(self.batch_probabilities(p))
+            if self._first_step is not None:
+                step = self._first_step + position // self.batches_per_step + 1
+            mix = p if step is None else self.distribution.planned_mix(p, step)
+            cumulative = np.cumsum(self.batch_probabilities(mix))
             if not self.mix_corpora:
                 corpus = pick_corpus(cumulative, uniforms.random())
                 batch = (next(streams[corpus]) + self.offsets[corpus]).tolist()
@@ -273,23 +285,23 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
                     pool, pending = self._mixed_pool(cumulative, streams, uniforms, pending)
                 batch = pool.pop()
             self._drawn = position + 1
+            if step is not None:
+                np.add.at(counts, np.searchsorted(self.offsets, batch, side="right") - 1, 1)
+                if (position + 1) % self.batches_per_step == 0:
+                    self.distribution.drawn(step, counts)
+                    counts[:] = 0
             yield batch
+        if step is not None and counts.any():  # the epoch's last step, short of batches
+            self.distribution.drawn(step, counts)
         self._complete = True
 
-    def _mixed_pool(
-        self,
-        cumulative: np.ndarray,
-        streams: list[Iterator[int]],
-        uniforms: np.random.Generator,
-        pending: tuple[int, int] | None,
-    ) -> tuple[list[list[int]], tuple[int, int] | None]:
+    def _mixed_pool(self, cumulative: np.ndarray, streams: list[Iterator[int]], uniforms: np.random.Generator,
+                    pending: tuple[int, int] | None) -> tuple[list[list[int]], tuple[int, int] | None]:
         """The next ``mix_pool_batches`` mixed batches, to be popped from the end, and the example left over.
 
-        Examples are drawn one by one, each from a corpus drawn from p, and fill a batch until the next one
-        does not fit (it starts the next batch). Such a batch pads every example to the longest of a random
-        set: on the bundled demo data 57 % of a 2,000-token budget was padding. With a pool of several
-        batches, the pool is re-batched sorted by length (as HF's ``group_by_length`` megabatches): 12 %
-        padding with 16 batches there, but each batch's lengths, and so its corpora, are more alike.
+        Examples, each from a corpus drawn from p, fill a batch until the next does not fit. A random set pads to its
+        longest (57 % padding of a 2,000-token budget on the demo data), so a pool of several batches is re-batched
+        by length (HF's ``group_by_length``): 12 % with 16 batches, but each batch's corpora are more alike.
         """
         batches: list[list[int]] = []
         sizes: list[int] = []  # of the drawn examples, in drawn order
@@ -346,6 +358,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
             "seen_version": self._seen_version,
             "epoch_start_probabilities": self._epoch_start_probabilities.tolist(),
             "schedule": [[c.position, c.probabilities.tolist()] for c in self._schedule],
+            "first_step": self._first_step,
         }
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -359,13 +372,9 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
                 f"The saved sampler state is for corpora {saved} but this sampler has {current}; resume with the "
                 "same corpora, filters and tokenizer."
             )
-        for key, attribute in (
-            ("max_tokens", "max_tokens"),
-            ("batch_size", "examples_per_batch"),
-            ("mix_corpora", "mix_corpora"),
-            ("mix_pool_batches", "mix_pool_batches"),
-            ("seed", "seed"),
-        ):
+        for key, attribute in (("max_tokens", "max_tokens"), ("batch_size", "examples_per_batch"),
+                               ("mix_corpora", "mix_corpora"), ("mix_pool_batches", "mix_pool_batches"),
+                               ("seed", "seed")):
             if state[key] != getattr(self, attribute):
                 raise ValueError(
                     f"The saved sampler state has {key}={state[key]!r} but this sampler has "
@@ -377,6 +386,7 @@ class CorpusBatchSampler(torch.utils.data.Sampler[list[int]]):
         self._seen_version = int(state["seen_version"])
         self._epoch_start_probabilities = self._saved_probabilities(state["epoch_start_probabilities"])
         self._schedule = [_Change(int(position), self._saved_probabilities(p)) for position, p in state["schedule"]]
+        self._first_step = None if state.get("first_step") is None else int(state["first_step"])
         self._drawn = 0
 
     def _saved_probabilities(self, values: Sequence[float]) -> np.ndarray:

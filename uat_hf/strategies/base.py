@@ -115,6 +115,15 @@ class BalancingStrategy:
         """The mix the sampler should draw with now instead of ``p`` (``None``: p itself)."""
         return None
 
+    def planned_mix(self, p: np.ndarray, step: int) -> np.ndarray | None:
+        """The mix the batches of optimizer step ``step`` should be drawn with, known before the step (the sampler
+        draws ahead of training); ``None``: p, or :meth:`sampling_mix` where the trainer does not tell steps."""
+        return None
+
+    def drawn(self, step: int, counts: np.ndarray) -> None:
+        """The examples per corpus the sampler drew for optimizer step ``step`` (none of a strategy's business by
+        default)."""
+
     def log_fields(self, fields: Mapping[str, Any]) -> dict[str, float]:
         """Numbers of a record's strategy fields to log, keyed below ``balance/`` (none by default)."""
         return {}

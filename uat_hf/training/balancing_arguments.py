@@ -165,7 +165,20 @@ class BalancingArguments:
     mixing_law_anchor: float | None = field(
         default=None,
         metadata={"help": f"mixing-law: pull of log p back toward the log prior at each update (default "
-                  f"{MixingLawSettings.anchor}; 0: none, as Aioli)."},
+                  f"{MixingLawSettings.anchor}; 0: none, as Aioli). Used by mixing_law_update 'anchored' only."},
+    )
+    mixing_law_update: str | None = field(
+        default=None,
+        metadata={"help": "mixing-law: how the law moves p: 'anchored' (multiplicative from p, pulled toward the "
+                  f"prior; "
+                  f"default {MixingLawSettings.update!r}) or 'aioli' (Aioli's scripts: p ∝ exp(η Σ_i A_ij) from "
+                  "uniform every round)."},
+    )
+    mixing_law_evidence: float | None = field(
+        default=None,
+        metadata={"help": f"mixing-law: k of the evidence gate: each centred column sum of the fitted law shrinks "
+                  f"toward 0 by k standard errors (from the fit's residuals; needs mixing_law_sweeps >= 2). "
+                  f"Default {MixingLawSettings.evidence}: no gate."},
     )
     corpus_health_checks: int = field(
         default=3,

@@ -151,6 +151,9 @@ class CorpusBalancingCallback(TrainerCallback):
                 f"update_every={self.update_every} >= max_steps={state.max_steps} (the steps this run trains): "
                 f"strategy {self.strategy!r} would never re-balance. Lower update_every or train longer."
             )
+        # Every rank draws the same batch sequence, and one optimizer step consumes this many of it: how the sampler
+        # maps a batch to the step it is for (planned mixes: mixing-law's probe windows free of the prefetch lag).
+        self.sampler.batches_per_step = int(args.gradient_accumulation_steps) * self._shard()[1]
         folder = self.resume_from or os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         path = os.path.join(folder, BALANCING_STATE_FILE)
         if state.global_step > 0 and os.path.isfile(path):
@@ -176,7 +179,7 @@ class CorpusBalancingCallback(TrainerCallback):
     def on_epoch_begin(self, args, state, control, **kwargs):
         # The Trainer cannot always reach a sampler wrapped by accelerate (e.g. after skip_first_batches on
         # several processes), so the epoch is set here, from the Trainer's own count.
-        self.sampler.set_epoch(math.floor(state.epoch or 0))
+        self.sampler.set_epoch(math.floor(state.epoch or 0), first_step=state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.reward is not None and self.distribution.proposer.measures_at(state.global_step, self.update_every):

@@ -21,8 +21,11 @@ hurts at this scale, and that the proportional prior is the best static mix):
   ``prior · exp(η (1 − λ)/λ · Σ_i Â_i·)`` (normalised), so it leaves the prior only as far as the law says it
   pays, and noise in A cannot walk it away.
 
-A is fitted (the linear solve of Aioli), normalised (Aioli: shifted to a minimum of 0 when negative, then
-divided by its sum, which makes η scale-free) and smoothed (EMA, as Aioli's ``ema``).
+A is fitted on the mix each window really drew (the realised shares, when the sampler reports them; the nominal
+probe mixes otherwise: with one corpus per batch a 3-step window draws 3 batches, far from its nominal mix), then
+optionally gated by its evidence (:func:`gate_law`: the column sums' differences shrunk by ``k`` standard errors,
+estimated from the fit's residuals, :func:`column_sum_errors`), normalised (Aioli: shifted to a minimum of 0
+when negative, then divided by its sum, which makes η scale-free) and smoothed (EMA, as Aioli's ``ema``).
 """
 
 from __future__ import annotations
@@ -33,9 +36,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
+    "UPDATES",
     "MixingLawSettings",
     "ProbePhase",
+    "aioli_step",
+    "column_sum_errors",
     "fit_law",
+    "gate_law",
     "law_step",
     "normalise_law",
     "probe_base",
@@ -43,6 +50,11 @@ __all__ = [
     "probe_order",
     "smooth_law",
 ]
+
+
+#: How the smoothed law moves p: "anchored" (multiplicative from p, pulled toward the prior) or "aioli" (Aioli's
+#: released scripts: p recomputed from uniform every round, ``p ∝ exp(η Σ_i Â_ij)``, no anchor).
+UPDATES = ("anchored", "aioli")
 
 
 @dataclass(frozen=True)
@@ -54,7 +66,11 @@ class MixingLawSettings:
     factor: float = 0.5  #: f, the share a window moves to its corpus (Aioli's one_hot_factor: 0.5)
     eta: float = 1.0  #: η, the step of the exponentiated-gradient update (Aioli's full-scale scripts: 1)
     ema: float = 0.5  #: weight of the previous smoothed A (Aioli's ema: 0.5 / 0.1); 0 keeps only the newest
-    anchor: float = 0.25  #: λ, pull of log p toward log prior per update (0: none, as Aioli)
+    anchor: float = 0.25  #: λ, pull of log p toward log prior per update (0: none, as Aioli); "anchored" only
+    update: str = "anchored"  #: one of :data:`UPDATES`
+    #: k of the evidence gate: each centred column sum of A shrinks toward 0 by k standard errors (0: no gate; it
+    #: needs sweeps >= 2: one sweep leaves the fit no residual)
+    evidence: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("window_steps", "sweeps"):
@@ -64,6 +80,13 @@ class MixingLawSettings:
             raise ValueError(f"mixing_law_factor must be in (0, 1], got {self.factor}.")
         if not self.eta >= 0:
             raise ValueError(f"mixing_law_eta must be >= 0, got {self.eta}.")
+        if self.update not in UPDATES:
+            raise ValueError(f"mixing_law_update must be one of {list(UPDATES)}, got {self.update!r}.")
+        if not self.evidence >= 0:
+            raise ValueError(f"mixing_law_evidence must be >= 0, got {self.evidence}.")
+        if self.evidence > 0 and int(self.sweeps) < 2:
+            raise ValueError(f"mixing_law_evidence={self.evidence} needs mixing_law_sweeps >= 2 (its standard errors "
+                             f"come from the fit's residuals), got {self.sweeps}.")
         for name in ("ema", "anchor"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"mixing_law_{name} must be in [0, 1), got {getattr(self, name)}.")
@@ -111,24 +134,73 @@ def probe_order(num_corpora: int, sweeps: int, rng: np.random.Generator) -> list
     return [j for sweep in range(sweeps) for j in (forward if sweep % 2 == 0 else forward[::-1])]
 
 
-def fit_law(losses: np.ndarray, order: Sequence[int], mixes: np.ndarray, window_steps: int) -> np.ndarray:
+def _window_falls(losses: np.ndarray, window_steps: int) -> np.ndarray:
+    """[windows, dev corpora]: the fall of every dev loss per step of each window."""
+    losses = np.asarray(losses, dtype=np.float64)
+    return (losses[:-1] - losses[1:]) / window_steps
+
+
+def fit_law(losses: np.ndarray, order: Sequence[int], mixes: np.ndarray, window_steps: int,
+            realised: np.ndarray | None = None) -> np.ndarray:
     """A [dev corpus i, train corpus j]: the fall of dev loss i per step of training on corpus j.
 
-    ``losses[m]`` are the dev losses before window m (row ``len(order)``: after the last). The falls of the
-    windows favouring j are averaged into ``D[:, j]``; the linear law says ``D = A Qᵀ`` (Q: ``mixes``), so
-    ``A = D Q⁻ᵀ`` (Aioli's per-row ``solve``).
+    ``losses[m]`` are the dev losses before window m (row ``len(order)``: after the last). Without ``realised``
+    the falls of the windows favouring j are averaged into ``D[:, j]``; the linear law says ``D = A Qᵀ`` (Q:
+    ``mixes``, row j the nominal mix of the windows favouring j), so ``A = D Q⁻ᵀ`` (Aioli's per-row ``solve``).
+    With ``realised`` ([windows, corpora]: the shares each window really drew) the law is fitted window by window,
+    ``falls_m = A·realised_m``, by least squares: the nominal mix is what a window asked for, not what it trained
+    on (with one corpus per batch, a 3-step window is 3 draws).
     """
-    losses = np.asarray(losses, dtype=np.float64)
+    falls = _window_falls(losses, window_steps)
     order = np.asarray(order, dtype=np.int64)
-    falls = (losses[:-1] - losses[1:]) / window_steps  # [windows, dev corpora]
     n = mixes.shape[0]
     counts = np.bincount(order, minlength=n)
     if (counts == 0).any():
         raise ValueError(f"Every corpus needs a probe window; windows per corpus: {counts.tolist()}.")
-    means = np.zeros((n, losses.shape[1]))
+    if realised is not None:
+        return np.linalg.lstsq(np.asarray(realised, dtype=np.float64), falls, rcond=None)[0].T
+    means = np.zeros((n, falls.shape[1]))
     np.add.at(means, order, falls)
     means /= counts[:, None]  # [train j, dev i]
     return np.linalg.solve(mixes, means).T
+
+
+def column_sum_errors(losses: np.ndarray, window_mixes: np.ndarray, window_steps: int) -> np.ndarray | None:
+    """Standard error of each centred column sum ``Σ_i A_ij − mean_j Σ_i A_ij`` (what moves p), from the residuals.
+
+    The windows (``window_mixes``: [windows, corpora], the mix each window drew) are more than the law's N unknowns
+    per dev loss once there are two sweeps, so the least-squares residuals of each dev loss's falls measure its
+    noise σ_i² (with a linear trend over the phase as one more regressor: the model learns as the phase goes on,
+    and a steady trend is not noise). The covariance of row i of A is then ``σ_i² (XᵀX)⁻¹`` and, the dev losses'
+    noises independent, the centred column sums' variance is their sum. With the nominal mixes this is the spread
+    between the sweeps' replicate fits, pooled over the dev corpora (N·(W − N − 1) degrees of freedom instead of
+    S − 1). ``None`` when the windows leave no residual (one sweep).
+    """
+    falls = _window_falls(losses, window_steps)
+    windows, n = np.asarray(window_mixes).shape
+    if windows < n + 2:
+        return None
+    position = np.arange(windows, dtype=np.float64) - (windows - 1) / 2
+    x = np.column_stack([np.asarray(window_mixes, dtype=np.float64), position])
+    coefs, *_ = np.linalg.lstsq(x, falls, rcond=None)
+    residual_df = windows - np.linalg.matrix_rank(x)
+    if residual_df < 1:
+        return None
+    sigma2 = ((falls - x @ coefs) ** 2).sum(axis=0) / residual_df  # [dev corpora]
+    centre = np.eye(n) - 1.0 / n
+    cov = centre @ np.linalg.pinv(x.T @ x)[:n, :n] @ centre.T
+    return np.sqrt(np.maximum(np.diag(cov), 0.0) * sigma2.sum())
+
+
+def gate_law(law: np.ndarray, errors: np.ndarray, k: float) -> np.ndarray:
+    """The law with each centred column sum soft-thresholded by ``k·errors`` (sign kept, size cut by k·SE, never
+    past 0): only the evidence beyond k standard errors reaches p. The cut is spread evenly over the column's
+    rows, so a column sum changes and nothing else; their common level (which p ignores) stays."""
+    law = np.asarray(law, dtype=np.float64)
+    column = law.sum(axis=0)
+    centred = column - column.mean()
+    gated = np.sign(centred) * np.maximum(np.abs(centred) - k * np.asarray(errors, dtype=np.float64), 0.0)
+    return law + (gated - centred)[None, :] / law.shape[0]
 
 
 def normalise_law(law: np.ndarray) -> np.ndarray:
@@ -150,6 +222,13 @@ def law_step(p: np.ndarray, prior: np.ndarray, law: np.ndarray, eta: float, anch
     logits = (1.0 - anchor) * (np.log(p) + eta * law.sum(axis=0)) + anchor * np.log(prior)
     logits -= logits.max()
     new = np.exp(logits)
+    return new / new.sum()
+
+
+def aioli_step(law: np.ndarray, eta: float) -> np.ndarray:
+    """Aioli's released update: ``p ∝ exp(η Σ_i A_ij)`` from uniform every round (no memory of p, no anchor)."""
+    logits = eta * np.asarray(law, dtype=np.float64).sum(axis=0)
+    new = np.exp(logits - logits.max())
     return new / new.sum()
 
 

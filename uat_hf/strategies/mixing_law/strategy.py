@@ -4,6 +4,13 @@ The maths is in :mod:`uat_hf.strategies.mixing_law.law`; this class holds the st
 law and the probe phase in progress) and turns each dev-loss measurement into a proposal. p itself is the
 distribution's: a probe window's mix is derived from it (:meth:`MixingLaw.sampling_mix`), so a checkpoint inside
 a window holds the learned p, as the history's last record does, and resumes exactly.
+
+**Pure windows.** The probe schedule is known in advance: phase k starts after step ``k·update_every``, its window
+m trains the next ``window_steps`` steps, and its window order is seeded by the seed and that step. So the sampler,
+which draws a batch one or two steps before the trainer uses it (the prefetch lag), asks
+:meth:`MixingLaw.planned_mix` for the mix of the step the batch is *for*, and every batch of a window comes from that
+window's mix; and it reports the examples each step drew per corpus (:meth:`MixingLaw.drawn`), so the law is fitted
+on the shares each window really trained on.
 """
 
 from __future__ import annotations
@@ -16,7 +23,19 @@ import numpy as np
 
 from ..base import BalancingStrategy, Measurement, Proposal
 from ..registry import register_strategy
-from .law import MixingLawSettings, ProbePhase, fit_law, law_step, normalise_law, probe_mixes, probe_order, smooth_law
+from .law import (
+    MixingLawSettings,
+    ProbePhase,
+    aioli_step,
+    column_sum_errors,
+    fit_law,
+    gate_law,
+    law_step,
+    normalise_law,
+    probe_mixes,
+    probe_order,
+    smooth_law,
+)
 
 __all__ = ["MixingLaw"]
 
@@ -36,13 +55,19 @@ class MixingLaw(BalancingStrategy):
     config_fields: ClassVar[tuple[str, ...]] = tuple(_PREFIX + f.name for f in fields(MixingLawSettings))
 
     def __init__(self, names: Sequence[str], prior: Sequence[float], *,
-                 settings: MixingLawSettings | None = None) -> None:
+                 settings: MixingLawSettings | None = None, seed: int = 0) -> None:
         super().__init__(names, prior)
         if (np.asarray(prior, dtype=np.float64) <= 0).any():
             raise ValueError(f"Strategy 'mixing-law' needs a prior > 0 for every corpus, got {list(prior)}.")
         self.settings = settings or MixingLawSettings()
         self.smoothed: np.ndarray | None = None
         self.phase: ProbePhase | None = None
+        self.seed = int(seed)
+        self.update_every: int | None = None  # known once the callback checks the schedule (check_training)
+        #: Examples drawn per corpus by the steps of the current or next probe phase (step -> counts), as the
+        #: sampler reports them (:meth:`drawn`); what the windows really trained on.
+        self.realised: dict[int, list[float]] = {}
+        self.fitted_through = 0  # the step of the last fitted phase's end: a replay's older steps are not kept
 
     @classmethod
     def settings_of(cls, config: Any) -> MixingLawSettings:
@@ -52,7 +77,7 @@ class MixingLaw(BalancingStrategy):
 
     @classmethod
     def knobs(cls, config: Any) -> dict[str, Any]:
-        return {"settings": cls.settings_of(config)}
+        return {"settings": cls.settings_of(config), "seed": int(getattr(config, "seed", 0) or 0)}
 
     @classmethod
     def check_config(cls, config: Any) -> None:
@@ -60,13 +85,15 @@ class MixingLaw(BalancingStrategy):
 
     @classmethod
     def build_reward(cls, config: Any, model: Any, tokenizer: Any = None, accelerator: Any = None) -> Any:
+        from ...data.language_codes import language_code_ids
         from .dev_loss import DevLoss
 
-        reward = DevLoss()
+        reward = DevLoss(language_code_ids(tokenizer))
         reward.check_model(model, accelerator)
         return reward
 
     def check_training(self, update_every: int) -> None:
+        self.update_every = int(update_every)
         steps = self.settings.probe_steps(len(self.names))
         if steps >= update_every:
             raise ValueError(
@@ -90,6 +117,53 @@ class MixingLaw(BalancingStrategy):
             return None
         return probe_mixes(p, self.settings.factor)[self.phase.order[window]]
 
+    def planned_order(self, start: int) -> list[int]:
+        """The window order of the phase starting after step ``start``: seeded by the seed and ``start`` only, so
+        the sampler knows it before the phase's first measurement, on every rank and after a resume."""
+        return probe_order(len(self.names), self.settings.sweeps, np.random.default_rng([self.seed, int(start), 3]))
+
+    def _window_of(self, step: int) -> tuple[int, int] | None:
+        """(phase start, window) of optimizer step ``step``, or ``None`` outside the probe windows."""
+        if self.update_every is None or step <= self.update_every:
+            return None
+        start = (step - 1) // self.update_every * self.update_every
+        window = (step - start - 1) // self.settings.window_steps
+        return (start, window) if window < self.settings.windows(len(self.names)) else None
+
+    def planned_mix(self, p: np.ndarray, step: int) -> np.ndarray | None:
+        """The mix the batches of optimizer step ``step`` are drawn with: its window's probe mix inside a probe
+        window, p outside (``None`` before :meth:`check_training` told the schedule). A phase cut short by
+        non-finite losses keeps its planned mixes (they average to p), unmeasured."""
+        if self.update_every is None:
+            return None
+        where = self._window_of(step)
+        if where is None:
+            return np.asarray(p, dtype=np.float64)
+        start, window = where
+        order = self.phase.order if self.phase is not None and self.phase.start == start else self.planned_order(start)
+        return probe_mixes(p, self.settings.factor)[order[window]]
+
+    def drawn(self, step: int, counts: np.ndarray) -> None:
+        """The sampler drew ``counts`` examples per corpus for optimizer step ``step`` (every rank the same);
+        kept for the steps of probe windows, keyed by step, so a replay after a resume rewrites the same values."""
+        if step > self.fitted_through and self._window_of(step) is not None:
+            self.realised[int(step)] = np.asarray(counts, dtype=np.float64).tolist()
+
+    def _realised_mixes(self, phase: ProbePhase) -> np.ndarray | None:
+        """[windows, corpora]: the share of each corpus in the examples each window drew (``None`` unless every step
+        of the phase was reported: a strategy driven without the sampler fits the nominal mixes)."""
+        window_steps = self.settings.window_steps
+        shares = []
+        for m in range(len(phase.order)):
+            steps = range(phase.start + m * window_steps + 1, phase.start + (m + 1) * window_steps + 1)
+            if any(s not in self.realised for s in steps):
+                return None
+            counts = np.sum([self.realised[s] for s in steps], axis=0)
+            if counts.sum() <= 0:
+                return None
+            shares.append(counts / counts.sum())
+        return np.asarray(shares)
+
     def propose(self, measurement: Measurement) -> Proposal | None:
         """Take the dev losses measured at a window boundary: the first starts a probe phase (its window order drawn
         from the measurement's rng), the last ends it with the fitted law and a new p; ``None`` in between.
@@ -99,20 +173,34 @@ class MixingLaw(BalancingStrategy):
             self.phase = None
             return Proposal(None, dict(measurement.extras), skipped=f"non-finite dev losses {losses.tolist()}")
         if self.phase is None:
-            order = probe_order(len(self.names), self.settings.sweeps, measurement.rng)
-            self.phase = ProbePhase(int(measurement.step), order)
+            self.phase = ProbePhase(int(measurement.step), self.planned_order(int(measurement.step)))
         self.phase.losses.append(losses.tolist())
         if len(self.phase.losses) <= len(self.phase.order):
             return None
         phase, self.phase = self.phase, None
         mixes = probe_mixes(measurement.p, self.settings.factor)
-        law = fit_law(np.asarray(phase.losses), phase.order, mixes, self.settings.window_steps)
-        self.smoothed = smooth_law(self.smoothed, normalise_law(law), self.settings.ema)
-        p = law_step(measurement.p, measurement.prior, self.smoothed, self.settings.eta, self.settings.anchor)
+        realised = self._realised_mixes(phase)
+        self.fitted_through = int(measurement.step)
+        self.realised = {s: c for s, c in self.realised.items() if s > self.fitted_through}  # later phases' only
+        losses = np.asarray(phase.losses)
+        window_steps = self.settings.window_steps
+        law = fit_law(losses, phase.order, mixes, window_steps, realised)
+        errors = column_sum_errors(losses, mixes[phase.order] if realised is None else realised, window_steps)
+        gated = law if errors is None or self.settings.evidence == 0 else gate_law(law, errors, self.settings.evidence)
+        self.smoothed = smooth_law(self.smoothed, normalise_law(gated), self.settings.ema)
+        if self.settings.update == "aioli":
+            p = aioli_step(self.smoothed, self.settings.eta)
+        else:
+            p = law_step(measurement.p, measurement.prior, self.smoothed, self.settings.eta, self.settings.anchor)
         gains = dict(zip(self.names, self.smoothed.sum(axis=0).tolist()))  # Σ_i Â_ij: what corpus j gains
+        column = law.sum(axis=0)
         return Proposal(p, {**measurement.extras, "gains": gains, "law": law.tolist(),
                             "law_smoothed": self.smoothed.tolist(), "probe_order": phase.order,
-                            "probe_mixes": mixes.tolist(), "probe_losses": phase.losses, "probe_start": phase.start})
+                            "probe_mixes": mixes.tolist(),
+                            "realised_mixes": None if realised is None else realised.tolist(),
+                            "column_sums": dict(zip(self.names, (column - column.mean()).tolist())),
+                            "column_sum_se": None if errors is None else dict(zip(self.names, errors.tolist())),
+                            "probe_losses": phase.losses, "probe_start": phase.start})
 
     def log_fields(self, fields: Mapping[str, Any]) -> dict[str, float]:
         return {f"mixing_law/gain_{name}": value for name, value in fields.get("gains", {}).items()}
@@ -121,7 +209,9 @@ class MixingLaw(BalancingStrategy):
     def state_dict(self) -> dict[str, Any]:
         return {"settings": asdict(self.settings),
                 "smoothed": None if self.smoothed is None else self.smoothed.tolist(),
-                "phase": None if self.phase is None else asdict(self.phase)}
+                "phase": None if self.phase is None else asdict(self.phase),
+                "realised": [[step, counts] for step, counts in sorted(self.realised.items())],
+                "fitted_through": self.fitted_through}
 
     def load_state_dict(self, state: Mapping[str, Any] | None, p: np.ndarray, updated: bool) -> None:
         if MixingLawSettings(**state["settings"]) != self.settings:
@@ -135,6 +225,8 @@ class MixingLaw(BalancingStrategy):
                              "corrupt.")
         self.smoothed = None if state["smoothed"] is None else np.asarray(state["smoothed"], dtype=np.float64)
         self.phase = phase
+        self.realised = {int(step): list(counts) for step, counts in state.get("realised", [])}
+        self.fitted_through = int(state.get("fitted_through", 0))
 
 
 register_strategy("mixing-law", MixingLaw)
