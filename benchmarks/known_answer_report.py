@@ -51,6 +51,16 @@ def final_p(run) -> dict[str, float] | None:
     return None
 
 
+def p_at(run, fraction: float) -> dict[str, float] | None:
+    """p in force after ``fraction`` of the run's steps: the last record at or before that step (its prior before
+    the first), or the final p of a run without a history."""
+    if not run.history.is_file():
+        return final_p(run)
+    history, step = load_history(run.history), fraction * run.recipe["max_steps"]
+    before = [record for record in history if record["step"] <= step]
+    return before[-1]["probabilities"] if before else history[0].get("prior", history[0]["probabilities"])
+
+
 def _share(strategy: str) -> float | None:
     return float(strategy[len("share"):]) if strategy.startswith("share") else None
 
@@ -74,11 +84,16 @@ def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[s
              f"{why}. Oracle (a fixed prior, cell `{setup}-A-oracle`): "
              f"{', '.join(f'{c} {p:g}' for c, p in oracle.items())}. Intact corpora: {', '.join(intact)}. Δ is the "
              f"paired difference from {baseline} of the same seed in the macro BLEU over the intact corpora, with the "
-             "smallest Δ a two-sided paired t-test over the seeds detects (α = 0.05); p is the mix at the end of "
-             f"training (mean over seeds), TV its total variation distance from the oracle.", "",
+             "smallest Δ a two-sided paired t-test over the seeds detects (α = 0.05), and the share of the oracle's "
+             f"mean Δ it recovers; p is {broken}'s share of the mix after the first third of training and at its end "
+             "(means over seeds), TV the final mix's total variation distance from the oracle.", "",
              f"| strategy | seeds | BLEU, all | BLEU, intact | chrF, all | chrF, intact | Δ intact BLEU | smallest "
-             f"detectable | verdict | p {broken} | TV to oracle |", "|---" * 11 + "|"]
+             f"detectable | verdict | of oracle's Δ | p {broken} at ⅓ | p {broken} at end | TV to oracle |",
+             "|---" * 13 + "|"]
     base = {r.seed: macro(r, intact, "bleu") for r in runs if r.strategy == baseline}
+    oracle_deltas = [macro(r, intact, "bleu") - base[r.seed] for r in runs
+                     if r.strategy == "oracle" and r.seed in base]
+    oracle_gain = statistics.mean(oracle_deltas) if oracle_deltas else None
     best, best_score = None, None
     for strategy in strategies:
         mine = sorted((r for r in runs if r.strategy == strategy), key=lambda r: r.seed)
@@ -87,11 +102,16 @@ def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[s
         verdict, mean_delta, smallest = _verdict(deltas) if strategy != baseline else ("(baseline)", None, None)
         mixes = [p for p in map(final_p, mine) if p is not None]
         share = statistics.mean(p[broken] for p in mixes) if mixes else None
+        thirds = [p[broken] for p in (p_at(r, 1 / 3) for r in mine) if p is not None]
         tv = statistics.mean(distance(p, oracle) for p in mixes) if mixes else None
+        recovered = (mean_delta / oracle_gain if mean_delta is not None and oracle_gain and strategy != "oracle"
+                     else None)
         lines.append(f"| {strategy} | {len(mine)} | {mean_sd([r.results['mean']['bleu'] for r in mine])} | "
                      f"{mean_sd(scores)} | {mean_sd([r.results['mean']['chrf'] for r in mine])} | "
                      f"{mean_sd([macro(r, intact, 'chrf') for r in mine])} | {num(mean_delta, '+.2f')} | "
-                     f"{num(smallest)} | {verdict} | {num(share, '.3f')} | {num(tv, '.3f')} |")
+                     f"{num(smallest)} | {verdict} | {num(recovered, '.0%')} | "
+                     f"{num(statistics.mean(thirds) if thirds else None, '.3f')} | {num(share, '.3f')} | "
+                     f"{num(tv, '.3f')} |")
         if scores and (best_score is None or statistics.mean(scores) > best_score):
             best, best_score = strategy, statistics.mean(scores)
     if best is not None:

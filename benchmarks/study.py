@@ -184,8 +184,8 @@ class Study:
             cell = f"{group}-{fixed}"
             seeds = sorted(self._trained_seeds(cell))
             return (cell, seeds) if cell in self.cells() and seeds else None
-        static = [cell for cell in self.cells()
-                  if "-".join(parts(cell)[:2]) == group and not get_strategy(split_variant(parts(cell)[2])[0]).learns]
+        static = [cell for cell in self.cells() if "-".join(parts(cell)[:2]) == group
+                  and not get_strategy(split_variant(study_recipes.base_strategy(parts(cell)[2]))[0]).learns]
         seeds = None
         for cell in static:
             trained = self._trained_seeds(cell)

@@ -172,11 +172,21 @@ KNOWN_SEEDS, FEWER_SEEDS = (1, 2, 3, 4, 5), (1, 2, 3)
 #: ~0.415), scored on the DEV sets (regime "Adev": regime A with eval_split dev) with a seed no cell uses.
 SWEEP_REGIME, SWEEP_SEED, SWEEP_SHARES = "Adev", 11, (0.01, 0.05, 0.15)
 SWEEP_STRATEGIES = tuple(f"share{share:g}" for share in SWEEP_SHARES) + ("proportional",)
+#: Guarded cells of the misaligned setup: the strategy with corpus_health_action=set_aside (a corpus the health
+#: checks find broken keeps at most corpus_health_share of p). Cell misaligned-A-<strategy>-setaside; the checks
+#: per run chosen on the dev sets of seed 11 (docs/study.md, "Known-answer cells").
+GUARD_SUFFIX, GUARDED_STRATEGIES, GUARD_CHECKS = "-setaside", ("proportional", "multiuat-enteos", "mixing-law"), 12
+
+
+def base_strategy(strategy: str) -> str:
+    """The strategy of a cell without its guard suffix (``mixing-law-setaside`` → ``mixing-law``)."""
+    return strategy.removesuffix(GUARD_SUFFIX)
 
 
 def known_answer_cells() -> list[tuple[str, str, str]]:
     """(setup, regime, strategy) of every known-answer cell and of the share sweep."""
     return ([(setup, "A", strategy) for setup in KNOWN_ANSWER for strategy in KNOWN_STRATEGIES]
+            + [("misaligned", "A", strategy + GUARD_SUFFIX) for strategy in GUARDED_STRATEGIES]
             + [("misaligned", SWEEP_REGIME, strategy) for strategy in SWEEP_STRATEGIES])
 
 
@@ -284,6 +294,7 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
     """The YAML of one cell: a comment that says what it is and how it is run, then the fields."""
     settings_ = settings(setup, regime)
     cell = f"{setup}-{regime}-{strategy}"
+    guarded, strategy = strategy != base_strategy(strategy), base_strategy(strategy)
     prior = _fixed_prior_of(setup, strategy)
     fields = {"output_dir": f"runs/study/{cell}/seed1", "strategy": "fixed" if prior else strategy,
               **({"corpus_probabilities": prior} if prior else {}), "seed": 1}
@@ -297,6 +308,11 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
         seeds = default_seeds(cell)
         notes.append(f"Seeds: {', '.join(map(str, seeds))} (python benchmarks/study.py --cells {cell} runs them; "
                      "benchmarks/study.py builds the corpora first when they are missing).")
+    if guarded:
+        notes.append(f"Guarded: corpus_health_action set_aside, {GUARD_CHECKS} corpus-health checks per run (a corpus "
+                     "suspect at two checks in a row keeps at most 0.01 of p from then on; docs/usage.md, 'Corpus "
+                     "health'); otherwise the cell without the guard.")
+        fields.update(corpus_health_action="set_aside", corpus_health_checks=GUARD_CHECKS)
     if strategy == "temperature":
         notes.append("temperature: τ = 5, the strategy's default (the paper's).")
     if strategy.startswith(("multiuat", "multidds")):

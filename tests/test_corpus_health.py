@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
+import torch
 from datasets import Dataset
 
 from uat_hf.evaluation.corpus_health import CorpusHealth, SampleCheck, suspect_corpora
+from uat_hf.sampling.distribution import CorpusDistribution
 from uat_hf.training.health_callback import CorpusHealthCallback
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer
+from uat_hf.utils.checkpoints import HISTORY_FILE
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -54,8 +59,6 @@ def _misaligned(dataset: Dataset) -> Dataset:
 @pytest.fixture(scope="module")
 def learned(corpora, tokenizer, tmp_path_factory):
     """A tiny model that has learned PAIRS aligned pairs of each corpus, and those pairs."""
-    import torch
-
     from uat_hf.models.presets import build_model
 
     torch.manual_seed(0)
@@ -104,8 +107,6 @@ def test_healthy_corpora_get_no_warning(learned, tokenizer, tmp_path, caplog):
 
 def test_the_checks_leave_training_unchanged(corpora, tokenizer, tmp_path):
     """The checks use no random state of the run: the same seed trains the same weights with and without them."""
-    import torch
-
     from uat_hf.models.presets import build_model
 
     weights = []
@@ -119,3 +120,87 @@ def test_the_checks_leave_training_unchanged(corpora, tokenizer, tmp_path):
                    processing_class=tokenizer).train()
         weights.append({k: v.clone() for k, v in model.state_dict().items()})
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_a_corpus_set_aside_keeps_at_most_its_share_and_the_others_keep_their_ratio():
+    distribution = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
+    record = distribution.set_aside("a", 0.01, 4, "broken")
+    assert distribution.p == pytest.approx([0.01, 0.3 * 0.99 / 0.5, 0.2 * 0.99 / 0.5], abs=1e-15)
+    assert record["step"] == 4 and record["set_aside"] == {"a": {"share": 0.01, "reason": "broken"}}
+    assert record["probabilities"] == distribution.as_dict()
+    # no update: the seeds keyed by the update count stay in step; the record is counted for the history file
+    assert distribution.update_count == 0 and CorpusDistribution.records_in(distribution.state_dict()) == 1
+    assert distribution.set_aside("a", 0.01, 5, "again") is None and len(distribution.history) == 1
+    assert distribution.set_aside("b", 0.0, 6, "broken too") is not None
+    assert distribution.set_aside("c", 0.0, 7, "the last one") is None  # something must be left to train on
+    assert distribution.p == pytest.approx([0.01, 0.0, 0.99], abs=1e-15)
+    resumed = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
+    resumed.load_state_dict(distribution.state_dict(), distribution.history)
+    assert resumed.state_dict() == distribution.state_dict() and resumed.set_aside_shares == {"a": 0.01, "b": 0.0}
+    with pytest.raises(ValueError, match="'d': it is not a training corpus"):
+        distribution.set_aside("d", 0.01, 8, "unknown")
+
+
+class _RecordingTrainer(UATTrainer):
+    """Remembers the input ids of every batch it trains on."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self.trained_batches = getattr(self, "trained_batches", [])
+        self.trained_batches.append(inputs["input_ids"].tolist())
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
+def _set_aside_run(learned, tokenizer, output, resume=None):
+    import copy
+
+    model, pairs = learned
+    args = UATConfig(output_dir=str(output), strategy="multiuat", measure="enteos", update_every=1, mc_samples=2,
+                     max_steps=7, max_tokens=400, learning_rate=1e-4, report_to=[], save_strategy="steps",
+                     save_steps=3, use_cpu=True, seed=0, disable_tqdm=True, logging_steps=1,
+                     corpus_health_checks=3, corpus_health_tokens=100_000, corpus_health_action="set_aside")
+    train = dict(pairs, bible=_misaligned(pairs["bible"]))
+    trainer = _RecordingTrainer(copy.deepcopy(model), args, train_corpora=train, dev_corpora=pairs,
+                                processing_class=tokenizer)
+    trainer.train(resume_from_checkpoint=resume)
+    history = [json.loads(line) for line in (output / HISTORY_FILE).read_text().splitlines()]
+    return trainer, history
+
+
+def test_a_misaligned_corpus_is_set_aside_whatever_the_strategy_proposes_and_resumes_exactly(learned, tokenizer,
+                                                                                           tmp_path):
+    full, history = _set_aside_run(learned, tokenizer, tmp_path / "full")
+    # checks at steps 2, 4, 6 and 7; suspect at 2 and 4: set aside at 4, after that step's MultiUAT update
+    aside = [r for r in history if "set_aside" in r]
+    assert [r["step"] for r in aside] == [4] and list(aside[0]["set_aside"]) == ["bible"]
+    assert "misaligned" in aside[0]["set_aside"]["bible"]["reason"]
+    updates = [r["probabilities"]["bible"] for r in history if "set_aside" not in r]
+    assert [r["step"] for r in history] == [1, 2, 3, 4, 4, 5, 6, 7]
+    assert min(updates[:4]) > 0.1  # MultiUAT gives the misaligned corpus plenty of p on its own...
+    assert max(updates[4:]) <= 0.01 + 1e-12 and aside[0]["probabilities"]["bible"] <= 0.01 + 1e-12  # ...not after
+    health = next(c for c in full.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
+    assert health.summary()["set_aside"] == {"bible": 0.01}
+    assert any(e.get("balance/p_bible") == aside[0]["probabilities"]["bible"] for e in full.state.log_history)
+    for checkpoint in ("checkpoint-3", "checkpoint-6"):  # before and after the set-aside
+        partial = tmp_path / checkpoint
+        shutil.copytree(tmp_path / "full" / checkpoint, partial / checkpoint)
+        shutil.copy(tmp_path / "full" / HISTORY_FILE, partial / HISTORY_FILE)
+        resumed, resumed_history = _set_aside_run(learned, tokenizer, partial, resume=True)
+        step = int(checkpoint.split("-")[1])
+        assert resumed.trained_batches == full.trained_batches[step:], checkpoint
+        assert _without_seconds(resumed_history) == _without_seconds(history), checkpoint
+        assert resumed.corpus_distribution.state_dict() == full.corpus_distribution.state_dict(), checkpoint
+        for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+            torch.testing.assert_close(p, q, rtol=0, atol=0, msg=f"{checkpoint}: {name}")
+
+
+def _without_seconds(records):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+def test_set_aside_without_dev_sets_is_refused_when_the_trainer_is_built(corpora, tokenizer, tmp_path):
+    from uat_hf.models.presets import build_model
+
+    args = UATConfig(output_dir=str(tmp_path), corpus_health_action="set_aside", use_cpu=True, report_to=[],
+                     max_steps=2, max_tokens=400)
+    with pytest.raises(ValueError, match="set_aside needs the corpus-health checks, which need dev corpora"):
+        UATTrainer(build_model("tiny", tokenizer), args, train_corpora=corpora["train"], processing_class=tokenizer)

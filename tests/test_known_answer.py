@@ -118,12 +118,17 @@ def test_derange_breaks_pairs_that_share_a_source_or_a_spelling_of_the_target():
 def test_known_answer_recipes_differ_from_regime_a_only_where_the_cell_needs_it():
     texts = recipes.all_recipes()
     allowed = {"output_dir", "strategy", "corpus_probabilities", "corpus_dir", "dedupe", "eval_split"}
+    guard = {"corpus_health_action": "set_aside", "corpus_health_checks": recipes.GUARD_CHECKS}
     for setup, regime, strategy in recipes.known_answer_cells():
         fields = yaml.safe_load(texts[f"{setup}-{regime}-{strategy}.yaml"])
-        twin = strategy if strategy in recipes.study_strategies() else "proportional"
+        plain = recipes.base_strategy(strategy)
+        twin = plain if plain in recipes.study_strategies() else "proportional"
         base = yaml.safe_load(texts[f"multidomain-A-{twin}.yaml"])
         differing = {key for key in fields.keys() | base.keys() if fields.get(key) != base.get(key)}
-        assert differing <= allowed, (setup, regime, strategy, differing)
+        assert differing <= allowed | (guard.keys() if plain != strategy else set()), (setup, regime, strategy,
+                                                                                       differing)
+        assert {key: fields.get(key) for key in guard} == (guard if plain != strategy else
+                                                           {key: None for key in guard}), strategy
         assert fields["corpus_dir"] == f"runs/known-answer/{setup}"
         assert fields.get("dedupe", True) is (setup != "duplicated")
         assert fields.get("eval_split", "test") == ("dev" if regime == recipes.SWEEP_REGIME else "test")
@@ -197,15 +202,24 @@ def test_report_scores_the_intact_corpora_against_proportional_and_names_the_ora
         oracle = {**base, "bible": base["bible"] + 3 * gain, "software": 3.0}  # intact mean +gain, software -6
         runs.append(_run(tmp_path, "oracle", seed, oracle,
                          {"strategy": "fixed", "corpus_probabilities": recipes.fixed_prior("misaligned")}))
-    lines = "\n".join(report.known_answer_lines("misaligned-A", runs, "proportional", ["proportional", "oracle"]))
+        learned = {**base, "bible": base["bible"] + 1.5 * gain}  # intact mean +gain / 2
+        runs.append(_run(tmp_path, "multiuat-enteos", seed, learned, {"strategy": "multiuat", "max_steps": 1950}))
+        records = [{"step": 600, "prior": _proportional(), "probabilities": {**_proportional(), "software": 0.5}},
+                   {"step": 650, "probabilities": {**_proportional(), "software": 0.1}},
+                   {"step": 1300, "probabilities": {**_proportional(), "software": 0.05}}]
+        runs[-1].history.write_text("".join(json.dumps(r) + "\n" for r in records))
+    lines = "\n".join(report.known_answer_lines("misaligned-A", runs, "proportional",
+                                                ["proportional", "oracle", "multiuat-enteos"]))
     assert "Intact corpora: bible, descriptions, dictionary." in lines and "software 0.01" in lines
     # proportional: all four (22 + seed) / 4 = 6.00 ± 0.25, intact (13 + seed) / 3 = 5.00 ± 0.33; the oracle gains
     # 0.9, 1.0, 1.1 on the intact mean (sd 0.1: detectable 4.303 · 0.1 / √3 = 0.25) and loses 6 on software
     tv = sum(abs(p - recipes.fixed_prior("misaligned")[c]) for c, p in _proportional().items()) / 2
-    assert "| proportional | 3 | 6.00 ± 0.25 | 5.00 ± 0.33 | 18.00 ± 0.75 | 15.00 ± 1.00 | – | – | (baseline) | " \
-           f"0.415 | {tv:.3f} |" in lines and tv > 0.4
+    assert "| proportional | 3 | 6.00 ± 0.25 | 5.00 ± 0.33 | 18.00 ± 0.75 | 15.00 ± 1.00 | – | – | (baseline) | – | " \
+           f"0.415 | 0.415 | {tv:.3f} |" in lines and tv > 0.4
     assert "| oracle | 3 | 5.25 ± 0.33 | 6.00 ± 0.43 |" in lines
-    assert "| +1.00 | 0.25 | above | 0.010 | 0.000 |" in lines
+    assert "| +1.00 | 0.25 | above | – | 0.010 | 0.010 | 0.000 |" in lines
+    # half the oracle's gain; p after a third of the 1,950 steps is the record at step 650, at the end step 1300's
+    assert "| +0.50 | 0.12 | above | 50% | 0.100 | 0.050 |" in lines
     assert "Highest mean BLEU over the intact corpora: oracle (6.00)." in lines
 
 

@@ -10,7 +10,10 @@ under its name). Static strategies keep p at the prior and record it once, at th
 
 The sampler reads :attr:`CorpusDistribution.probabilities`, the mix it draws with: p, unless the strategy
 asks for another mix for a while (mixing-law's probe windows), which it derives from p and its own state,
-so there is no second copy of p to keep in step. A checkpoint saves the whole in one piece; the history is
+so there is no second copy of p to keep in step. A corpus *set aside* (:meth:`CorpusDistribution.set_aside`: the
+corpus-health guard found its training pairs broken) keeps at most a small share of p from then on, whatever the
+strategy proposes, and of every mix derived from p; the rest is spread over the other corpora in the ratio the
+strategy gave them. A checkpoint saves the whole in one piece; the history is
 the one exception: its records stay in memory and in ``balancing_history.jsonl`` only
 (:class:`~uat_hf.utils.checkpoints.HistoryFile`), never in a checkpoint, which records how many there are;
 loading takes them back and checks they agree (their number, and the last record's p).
@@ -36,7 +39,8 @@ __all__ = ["CorpusDistribution"]
 logger = logging.getLogger(__name__)
 
 # 2: the history is no longer inside the state; 3: p is the strategy's p (not a probe mix), the strategy's state
-# is under "strategy_state", and "update_count" counts the records (a static strategy's step-0 one included)
+# is under "strategy_state", and "update_count" counts the records (a static strategy's step-0 one included) but
+# those of corpora set aside ("set_aside", optional: absent in a checkpoint that set none aside)
 _STATE_FORMAT = 3
 
 
@@ -61,6 +65,7 @@ class CorpusDistribution:
             raise ValueError(f"The strategy is for corpora {list(proposer.names)}, the distribution for {self.names}.")
         self.proposer = proposer
         self._p = self._prior.copy()
+        self._proposed = self._prior.copy()  # p as the strategy last set it, before any corpus set aside
         #: Records of the history: one per balancing update (skipped ones included; the seed of each update's dev
         #: batches), or a static strategy's one record of its p at the start.
         self.update_count = 0
@@ -69,6 +74,8 @@ class CorpusDistribution:
         #: One record per update: step, strategy, p (the prior in the first), seconds, the strategy's own fields.
         self.history: list[dict[str, Any]] = []
         self._pending_seconds = 0.0
+        #: Corpora set aside (:meth:`set_aside`): name -> the share of p they keep at most.
+        self.set_aside_shares: dict[str, float] = {}
 
     # ------------------------------------------------------------------ reading
     @property
@@ -81,14 +88,14 @@ class CorpusDistribution:
         """The mix the sampler draws with now (a float64 copy): p, or the strategy's temporary mix
         (mixing-law's probe window), derived from p."""
         mix = self.proposer.sampling_mix(self._p) if self.proposer is not None else None
-        return self._p.copy() if mix is None else np.asarray(mix, dtype=np.float64)
+        return self._p.copy() if mix is None else self._capped(np.asarray(mix, dtype=np.float64))
 
     def planned_mix(self, p: np.ndarray, step: int) -> np.ndarray:
         """The mix to draw the batches of optimizer step ``step`` with, given the p in force (``p``): the strategy's
         planned mix (mixing-law's probe window of that step), or ``p`` itself. Lets the sampler draw ahead of
         training with the mix of the step a batch is for, not of the step it is drawn in."""
         mix = self.proposer.planned_mix(p, step) if self.proposer is not None else None
-        return p if mix is None else np.asarray(mix, dtype=np.float64)
+        return p if mix is None else self._capped(np.asarray(mix, dtype=np.float64))
 
     def drawn(self, step: int, counts: np.ndarray) -> None:
         """The sampler drew ``counts`` examples per corpus for optimizer step ``step``: told to the strategy
@@ -121,7 +128,8 @@ class CorpusDistribution:
             check_exact_names(probabilities, self.names,
                               missing="Probabilities must name exactly the corpora {expected}, got {given}.")
             probabilities = [probabilities[name] for name in self.names]
-        self._p = validate_probabilities(probabilities, self.names)
+        self._proposed = validate_probabilities(probabilities, self.names)
+        self._p = self._capped(self._proposed)
         self.version += 1
 
     def measured(self, step: int, values: Sequence[float], extras: Mapping[str, Any] | None = None, *,
@@ -146,12 +154,47 @@ class CorpusDistribution:
         accepted = proposal.p is not None
         if accepted:
             validate_probabilities(proposal.p, self.names)
-            self._p = np.array(proposal.p, dtype=np.float64)  # as proposed, bit for bit (not renormalised)
+            self._proposed = np.array(proposal.p, dtype=np.float64)
+            self._p = self._capped(self._proposed)  # as proposed, bit for bit, unless a corpus is set aside
         elif proposal.skipped:
             logger.warning("Skipping the balancing update at step %s: %s. p stays %s.", step, proposal.skipped,
                            dict(zip(self.names, self._p.round(4).tolist())))
         self._mix_changed(before, accepted)
         return self._record(step, proposal.fields, proposal.skipped)
+
+    def set_aside(self, name: str, share: float, step: int, reason: str) -> dict[str, Any] | None:
+        """From ``step`` on, corpus ``name`` keeps at most ``share`` of p (and of every mix derived from it); its
+        excess goes to the other corpora in proportion to their p. Returns the history record of the change, or
+        ``None`` (with a warning) when ``name`` is already set aside or is the last corpus not set aside: a run
+        needs something to train on. ``reason`` is recorded with it (the corpus-health verdict)."""
+        if name not in self.names:
+            raise ValueError(f"Cannot set aside {name!r}: it is not a training corpus (corpora: {self.names}).")
+        if not 0.0 <= share < 1.0:
+            raise ValueError(f"The share a corpus set aside keeps must be in [0, 1), got {share!r}.")
+        if name in self.set_aside_shares:
+            return None
+        if len(self.set_aside_shares) + 1 >= len(self.names):
+            logger.warning("Not setting aside corpus %r at step %s: every other corpus is set aside already, and "
+                           "training needs at least one corpus. Check the training data.", name, step)
+            return None
+        self.set_aside_shares[name] = float(share)
+        self._p = self._capped(self._proposed)
+        self.version += 1
+        return self._record(step, {}, None, set_aside={name: {"share": float(share), "reason": str(reason)}})
+
+    def _capped(self, p: np.ndarray, shares: Mapping[str, float] | None = None) -> np.ndarray:
+        """``p`` with every corpus set aside (``shares``, default this run's) at most at its share, and the others
+        scaled up to fill the rest."""
+        shares = self.set_aside_shares if shares is None else shares
+        if not shares:
+            return p
+        aside = np.array([n in shares for n in self.names])
+        caps = np.array([shares.get(n, 1.0) for n in self.names])
+        capped = np.where(aside, np.minimum(p, caps), p)
+        free = capped[~aside].sum()
+        rest = 1.0 - capped[aside].sum()
+        capped[~aside] = capped[~aside] * (rest / free) if free > 0 else rest / (~aside).sum()
+        return capped
 
     def record_start(self) -> dict[str, Any]:
         """The record of a static strategy, written once when training starts (at step 0, where its p holds from):
@@ -162,24 +205,29 @@ class CorpusDistribution:
         if accepted or not np.array_equal(before, self.probabilities):
             self.version += 1
 
-    def _record(self, step: int, fields: Mapping[str, Any], skipped: str | None) -> dict[str, Any]:
-        """The one place a history record is built: the same top-level fields for every strategy."""
+    def _record(self, step: int, fields: Mapping[str, Any], skipped: str | None, *,
+                set_aside: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The one place a history record is built: the same top-level fields for every strategy (and
+        ``set_aside``, in the record of a corpus set aside)."""
         record: dict[str, Any] = {"step": int(step), "strategy": self.strategy}
         if not self.history:
             record["prior"] = dict(zip(self.names, self._prior.tolist()))  # where p stood at step 0, for the plots
         record["probabilities"] = self.as_dict()
         if skipped:
             record["skipped"] = skipped
+        if set_aside:
+            record["set_aside"] = dict(set_aside)
         record["seconds"], self._pending_seconds = self._pending_seconds, 0.0
         record[self.strategy] = dict(fields)
-        self.update_count += 1
+        if not set_aside:  # a set-aside is no update: the seeds of the dev batches and dropout stay in step
+            self.update_count += 1
         self.history.append(record)
         return record
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable: p, the prior, the strategy's state and the counts (floats round-trip exactly). Not
-        the history, which would grow the state with every update: ``update_count`` says how many records it
+        the history, which would grow the state with every update: :meth:`records_in` says how many records it
         holds."""
         return {
             "format": _STATE_FORMAT,
@@ -189,8 +237,15 @@ class CorpusDistribution:
             "probabilities": self._p.tolist(),
             "update_count": self.update_count,
             "version": self.version,
+            **({"set_aside": dict(self.set_aside_shares), "proposed": self._proposed.tolist()}
+               if self.set_aside_shares else {}),
             "strategy_state": self.proposer.state_dict() if self.proposer is not None else None,
         }
+
+    @staticmethod
+    def records_in(state: Mapping[str, Any]) -> int:
+        """How many history records a :meth:`state_dict` has seen: its updates and its corpora set aside."""
+        return int(state["update_count"]) + len(state.get("set_aside", {}))
 
     def check_state(self, state: Mapping[str, Any]) -> None:
         """Refuse (``ValueError``) a :meth:`state_dict` that is not this run's, changing nothing: its format,
@@ -233,17 +288,24 @@ class CorpusDistribution:
         probabilities = np.asarray(state["probabilities"], dtype=np.float64)  # as saved, bit for bit
         prior = np.asarray(state["prior"], dtype=np.float64)
         update_count, version = int(state["update_count"]), int(state["version"])
-        if self.proposer is not None:
-            self.proposer.load_state_dict(state["strategy_state"], probabilities, version > 0)
-        if len(history) != update_count:
+        set_aside = {str(n): float(v) for n, v in state.get("set_aside", {}).items()}
+        proposed = np.asarray(state.get("proposed", probabilities), dtype=np.float64)
+        if not np.array_equal(self._capped(proposed, set_aside), probabilities):
+            raise ValueError(f"Inconsistent corpus distribution state: p = {probabilities.tolist()} is not the "
+                             f"strategy's p {proposed.tolist()} with {set_aside} set aside; the checkpoint is "
+                             "corrupt.")
+        if self.proposer is not None:  # it checks its state against its own p, before any corpus was set aside
+            self.proposer.load_state_dict(state["strategy_state"], proposed, version > 0)
+        if len(history) != self.records_in(state):
             raise ValueError(f"Inconsistent corpus distribution state: {len(history)} history records for "
-                             f"{update_count} updates.")
+                             f"{update_count} updates and {len(set_aside)} corpora set aside.")
         last = history[-1].get("probabilities") if history else None
         if last is not None and last != dict(zip(self.names, probabilities.tolist())):
             raise ValueError(f"The last history record (step {history[-1].get('step')}) has p = {last}, the "
                              f"checkpoint p = {probabilities.tolist()}: the history is another run's.")
         self._prior, self._p = prior, probabilities
         self.update_count, self.version = update_count, version
+        self._proposed, self.set_aside_shares = proposed, set_aside
         self.history = [dict(record) for record in history]
 
     def __repr__(self) -> str:

@@ -114,11 +114,19 @@ def attach_balancing(
     callbacks.insert(flow + 1, callback)
     # Source use is measured by giving a target another sentence's source: seq2seq models only (a decoder-only
     # model's prompt and completion share one sequence).
-    if dev_corpora and config.corpus_health_checks > 0 and not is_causal_lm(trainer.model):
+    checks = bool(dev_corpora) and config.corpus_health_checks > 0 and not is_causal_lm(trainer.model)
+    if config.corpus_health_action == "set_aside" and not checks:
+        raise ValueError("corpus_health_action=set_aside needs the corpus-health checks, which need dev corpora and "
+                         "a sequence-to-sequence model (a decoder-only model's prompt and completion share one "
+                         "sequence); give dev sets, or use corpus_health_action=warn.")
+    if checks:
+        set_aside = config.corpus_health_action == "set_aside"
         callbacks.insert(flow + 2, CorpusHealthCallback(
             train_corpora, dev_corpora, measuring_collator(trainer), checks=config.corpus_health_checks,
             tokens=config.corpus_health_tokens, seed=seed,
-            language_code_ids=language_code_ids(trainer.processing_class)))
+            language_code_ids=language_code_ids(trainer.processing_class),
+            balancing=callback if set_aside else None, share=config.corpus_health_share,
+            accelerator=trainer.accelerator))
     return callback
 
 

@@ -192,6 +192,17 @@ class BalancingArguments:
         metadata={"help": "Tokens of each corpus's training sample and of its dev sample in the corpus-health "
                   "checks."},
     )
+    corpus_health_action: str = field(
+        default="warn",
+        metadata={"help": "What a corpus found broken by the corpus-health checks gets: 'warn' (a warning, training "
+                  "unchanged) or 'set_aside' (it also keeps at most corpus_health_share of p from then on, whatever "
+                  "the strategy; the others share the rest in the strategy's ratio).",
+                  "choices": ["warn", "set_aside"]},
+    )
+    corpus_health_share: float = field(
+        default=0.01,
+        metadata={"help": "corpus_health_action=set_aside: the share of p a corpus set aside keeps at most."},
+    )
     allow_inexact_resume: bool = field(
         default=False,
         metadata={

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from ..sampling.distribution import CorpusDistribution
 from ..sampling.packing import draw_token_batch, example_lengths, split_by_tokens
 from ..sampling.sampler import CorpusBatchSampler
 from ..strategies.rewards import BalancingReward
@@ -241,6 +242,17 @@ class CorpusBalancingCallback(TrainerCallback):
             self._pending_logs.update({f"balance/{key}": value for key, value in own.items()})
         self._pending_logs["balance/seconds"] = record["seconds"]
 
+    def set_aside(self, name: str, share: float, step: int, reason: str) -> dict | None:
+        """Set corpus ``name`` aside at ``share`` from ``step`` on
+        (:meth:`~uat_hf.sampling.distribution.CorpusDistribution.set_aside`): its record joins the history file and
+        the new p the next log entry. Called with the same arguments on every rank."""
+        record = self.distribution.set_aside(name, share, step, reason)
+        if record is not None:
+            if self._history is not None:
+                self._history.append(record)
+            self._pending_logs.update({f"balance/p_{n}": value for n, value in record["probabilities"].items()})
+        return record
+
     def dev_batches(self) -> list[list[dict]]:
         """The collated dev batches of every corpus for the next update (seeded by the seed and the update count),
         drawn once per update: mixing-law measures them again at every probe window's end."""
@@ -328,7 +340,7 @@ class CorpusBalancingCallback(TrainerCallback):
                              distribution=self.distribution)
         self._history = HistoryFile(os.path.join(args.output_dir, HISTORY_FILE), writes=args.should_save)
         saved_in = os.path.join(os.path.dirname(os.path.abspath(folder)), HISTORY_FILE)
-        records = self._history.records(int(state["distribution"]["update_count"]), source=saved_in)
+        records = self._history.records(CorpusDistribution.records_in(state["distribution"]), source=saved_in)
         self.load_state_dict(state, records)
         self._history.keep(records)
 

@@ -2,10 +2,14 @@
 
 A few checks per run (``corpus_health_checks``, evenly spaced) measure how much the model relies on the sources
 of a fixed sample of every corpus's training pairs, against its dev pairs (:mod:`uat_hf.evaluation.corpus_health`).
-A corpus suspect at two consecutive checks gets one warning in the log; the checks join the Trainer's log
-entries as ``health/<corpus>_source_use``, ``_z`` and ``_dev_z`` (so ``trainer_state.json`` keeps them, and a
-resumed run picks up the last one), and :attr:`CorpusHealthCallback.last` gives the final verdict to whoever writes the
-run's results.
+A corpus suspect at two consecutive checks gets one warning in the log and, with ``corpus_health_action:
+set_aside``, is set aside: it keeps at most ``corpus_health_share`` of p from that step on, whatever the strategy
+(:meth:`~uat_hf.training.callback.CorpusBalancingCallback.set_aside`). The strategies' own measurements cannot do
+this: a corpus of misaligned pairs still lowers its dev loss (its targets teach the domain's words) and stays the
+one the model is most uncertain about, so MultiUAT and mixing-law keep or raise its share. The checks join the
+Trainer's log entries as ``health/<corpus>_source_use``, ``_z`` and ``_dev_z`` (so ``trainer_state.json`` keeps
+them, and a resumed run picks up the last one), and :attr:`CorpusHealthCallback.last` gives the final verdict to
+whoever writes the run's results.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..evaluation.corpus_health import CorpusHealth, HealthSample, check_sample, draw_health_sample, suspect_corpora
-from .callback import join_training_log
+from .callback import CorpusBalancingCallback, join_training_log
 
 __all__ = ["CorpusHealthCallback"]
 
@@ -32,9 +36,13 @@ class CorpusHealthCallback(TrainerCallback):
 
     def __init__(self, train_corpora: Mapping[str, Any], dev_corpora: Mapping[str, Any],
                  collate_fn: Callable[[list[dict]], dict], *, checks: int = 3, tokens: int = 4096,
-                 sub_batch_tokens: int = 4096, seed: int = 0, language_code_ids: Collection[int] = ()) -> None:
+                 sub_batch_tokens: int = 4096, seed: int = 0, language_code_ids: Collection[int] = (),
+                 balancing: CorpusBalancingCallback | None = None, share: float = 0.01,
+                 accelerator: Any = None) -> None:
         if checks < 1:
             raise ValueError(f"corpus_health_checks must be >= 1 to build a CorpusHealthCallback, got {checks}.")
+        #: Sets suspect corpora aside at ``share`` through it; ``None``: warn only.
+        self.balancing, self.share, self.accelerator = balancing, float(share), accelerator
         self.names = list(train_corpora)
         self.train_corpora, self.dev_corpora = train_corpora, dev_corpora
         self.collate_fn = collate_fn
@@ -75,10 +83,16 @@ class CorpusHealthCallback(TrainerCallback):
             [check_sample(model, self._samples[n].train, self.language_code_ids) for n in self.names],
             [check_sample(model, self._samples[n].dev, self.language_code_ids) for n in self.names])
         before = suspect_corpora(*self._previous) if self._previous else []
-        for name in health.suspects():
-            if name in before and name not in self.warned:
+        confirmed = [name for name in health.suspects() if name in before]
+        for name in confirmed:
+            if name not in self.warned:
                 self.warned[name] = health.describe(name)
                 logger.warning(self.warned[name])
+        if self.balancing is not None:
+            for name in self._agreed(confirmed):
+                if self.balancing.set_aside(name, self.share, step, health.describe(name)) is not None:
+                    logger.warning("Corpus %r is set aside from step %d: it keeps at most %.3g of p "
+                                   "(corpus_health_action=set_aside).", name, step, self.share)
         values = {key: dict(zip(self.names, v)) for key, v in zip(_KEYS, (health.share, health.z, health.dev_z))}
         self._previous = tuple(values.values())
         self._pending = {f"{_PREFIX}{n}_{key}": round(float(v), 4)
@@ -86,6 +100,16 @@ class CorpusHealthCallback(TrainerCallback):
         self.last = health
         return health
 
+    def _agreed(self, names: list[str]) -> list[str]:
+        """The main process's verdict on every rank: the checks run on each, and p must move identically."""
+        if self.accelerator is None or self.accelerator.num_processes == 1:
+            return names
+        from accelerate.utils import broadcast_object_list
+
+        return broadcast_object_list([names], from_process=0)[0]
+
     def summary(self) -> dict:
-        """The last check and the warnings of the run, for ``eval_results.json``."""
-        return {**(self.last.as_dict() if self.last else {}), "warnings": list(self.warned.values())}
+        """The last check, the warnings of the run and the corpora set aside, for ``eval_results.json``."""
+        aside = self.balancing.distribution.set_aside_shares if self.balancing is not None else {}
+        return {**(self.last.as_dict() if self.last else {}), "warnings": list(self.warned.values()),
+                **({"set_aside": dict(aside)} if aside else {})}

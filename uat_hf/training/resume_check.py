@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
+from ..sampling.distribution import CorpusDistribution
 from ..utils.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, HistoryFile
 from .balancing_arguments import BalancingArguments
 
@@ -38,8 +39,12 @@ FIXED_ON_RESUME = tuple(f.name for f in fields(BalancingArguments) if f.name not
 
 
 def resume_settings(config: Any) -> dict[str, Any]:
-    """The :data:`FIXED_ON_RESUME` values of ``config`` (a ``UATConfig``), as JSON would hold them."""
-    return {name: _plain(getattr(config, name, None)) for name in FIXED_ON_RESUME}
+    """The :data:`FIXED_ON_RESUME` values of ``config`` (a ``UATConfig``), as JSON would hold them; the
+    corpus-health checks' settings too when a suspect corpus is set aside (the checks then change p)."""
+    names = FIXED_ON_RESUME
+    if getattr(config, "corpus_health_action", "warn") != "warn":
+        names += ("corpus_health_checks", "corpus_health_tokens")
+    return {name: _plain(getattr(config, name, None)) for name in names}
 
 
 def read_state(folder: str) -> dict[str, Any]:
@@ -88,7 +93,7 @@ def check_resume(folder: str, *, strategy: str, names: Sequence[str], settings: 
                          "another output_dir.")
     if distribution is not None:
         distribution.check_state(saved)
-    count = int(saved["update_count"])
+    count = CorpusDistribution.records_in(saved)
     history = os.path.join(os.path.dirname(os.path.abspath(folder)), HISTORY_FILE)
     records = HistoryFile(history, writes=False).records(count)
     last = records[-1].get("probabilities") if records else None

@@ -84,7 +84,12 @@ NUMBER_RULES = (
     NumberRule("max_tokens", 1, optional=True),
     NumberRule("corpus_health_checks", 0),
     NumberRule("corpus_health_tokens", 1),
+    NumberRule("corpus_health_share", 0, high=1),
 )
+
+
+#: What a corpus found broken gets (``corpus_health_action``).
+HEALTH_ACTIONS = ("warn", "set_aside")
 
 
 @dataclass
@@ -140,6 +145,13 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         strategy.check_config(self)  # the strategy's own knobs (a static prior's: hand-given probabilities or none)
         if self.mc_batch_mode not in MC_BATCH_MODES:
             raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")
+        if self.corpus_health_action not in HEALTH_ACTIONS:
+            raise ValueError(f"corpus_health_action must be one of {', '.join(HEALTH_ACTIONS)}, got "
+                             f"{self.corpus_health_action!r}.")
+        if self.corpus_health_action == "set_aside" and self.corpus_health_checks < 2:
+            raise ValueError(
+                f"corpus_health_action=set_aside needs corpus_health_checks >= 2 (a corpus is set aside when two "
+                f"checks in a row find it suspect), got {self.corpus_health_checks}.")
         if self.is_dynamic and self.max_steps > 0 and self.update_every >= self.max_steps:
             raise ValueError(
                 f"update_every={self.update_every} >= max_steps={self.max_steps}: strategy {self.strategy!r} would "
