@@ -100,6 +100,9 @@ class CorpusSpec:
     A split left as ``None`` (local files) is absent:
     :func:`load_corpora` skips it, :func:`load_corpus_split` refuses it. Contradictory or unused fields are
     refused when the spec is made, with the corpus, the field and the value in the message.
+
+    ``streaming: true`` reads the train split as a stream (:mod:`uat_hf.data.streams`; ``None``: the recipe's
+    ``streaming``), ``num_examples`` its size in pairs where no metadata gives it (for the temperature priors).
     """
 
     name: str
@@ -119,6 +122,8 @@ class CorpusSpec:
     carve_dev: int | None = None
     carve_test: int | None = None
     carve_seed: int = 0
+    streaming: bool | None = None
+    num_examples: int | None = None
 
     def __post_init__(self) -> None:
         check_corpus_name(self.name, "CorpusSpec name")

@@ -35,6 +35,7 @@ from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer,
 from transformers.trainer_utils import PredictionOutput
 
 from ..data.language_codes import labels_generation_kwargs, places_language_codes, save_generation_kwargs
+from ..data.streams import is_stream
 from ..evaluation import user_metrics
 from ..evaluation.causal_eval import continuation, first_line, left_padding, prompt_only
 from ..evaluation.corpus_evaluation import corpus_references, in_original_order, longest_source_first_order
@@ -134,7 +135,7 @@ class UATTrainer(Seq2SeqTrainer):
         for kind, corpora in named:
             for name, dataset in corpora.items():
                 check_corpus_name(name, f"UATTrainer {kind} corpora")
-                if len(dataset) == 0:
+                if not is_stream(dataset) and len(dataset) == 0:  # a stream's emptiness shows when read
                     raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
         if train_corpora is not None:
             check_corpora(self.train_corpora, self.dev_corpora, args)
