@@ -11,6 +11,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from conftest import launch_two_ranks, multidomain_specs
 from uat_hf.data.corpora import CorpusSpec, PreprocessingConfig
@@ -233,3 +234,76 @@ def test_two_processes_draw_the_same_corpora_from_their_own_shards_and_resume_ex
     assert [
         {k: v for k, v in h.items() if k != "seconds"} for h in json_lines(tmp_path / "resumed" / "run" / HISTORY_FILE)
     ] == without
+
+
+def test_uat_train_streams_the_bundled_corpora_with_multiuat(tmp_path, capsys):
+    """uat-train with streaming: true: the bundled training files are read as streams (dev and test as usual)."""
+    from test_cli import TINY
+
+    from uat_hf.cli import train as cli
+
+    out = tmp_path / "out"
+    recipe = {**TINY, "streaming": True, "dedupe": False, "max_steps": 3, "output_dir": str(out)}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    assert cli.main(["--config", str(tmp_path / "recipe.yaml")]) == 0
+    printed = capsys.readouterr().out
+    assert "bible: streaming its training pairs (80 pairs)" in printed and "~80 streamed train" in printed
+    assert "preparation cache not used: streamed corpora" in printed
+    results = json.loads((out / "eval_results.json").read_text())
+    assert {"eval_bible_bleu", "eval_dictionary_bleu", "eval_software_ood_bleu"} <= set(results)
+    assert [h["step"] for h in json_lines(out / HISTORY_FILE)] == [1, 2, 3]  # MultiUAT updated p every step
+
+
+def test_uat_train_streams_a_local_hub_layout_with_a_static_prior_from_parquet_row_counts(tmp_path, capsys):
+    """A corpus given as a dataset directory (the Hub layout, two parquet shards) streams like a Hub dataset with
+    streaming=True; the proportional prior comes from the parquet row counts and the other corpus's line count."""
+    from test_cli import TINY
+
+    from uat_hf.cli import train as cli
+    from uat_hf.data.corpora import load_corpus_split
+
+    bible = next(s for s in multidomain_specs(None) if s.name == "bible")
+    folder = tmp_path / "bible_hub" / "data"
+    folder.mkdir(parents=True)
+    train = load_corpus_split(bible, "train").select(range(300))
+    train.select(range(120)).to_parquet(str(folder / "train-00000-of-00002.parquet"))
+    train.select(range(120, 300)).to_parquet(str(folder / "train-00001-of-00002.parquet"))
+    for split, name in (("dev", "validation"), ("test", "test")):
+        load_corpus_split(bible, split).select(range(20)).to_parquet(str(folder / f"{name}-00000-of-00001.parquet"))
+    dictionary = next(s for s in multidomain_specs(None) if s.name == "dictionary")
+    specs = [
+        {"name": "bible", "source_lang": "en", "target_lang": "de", "path": str(folder.parent)},
+        {
+            "name": "dictionary",
+            "source_lang": "en",
+            "target_lang": "de",
+            "train": dictionary.train,
+            "dev": dictionary.dev,
+            "test": dictionary.test,
+        },
+    ]
+    recipe = {k: v for k, v in TINY.items() if k not in ("corpus_dir", "direction", "corpora", "max_train_examples")}
+    recipe.update(
+        corpus_specs=specs,
+        strategy="proportional",
+        streaming=True,
+        dedupe=False,
+        max_steps=2,
+        output_dir=str(tmp_path / "out"),
+    )
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    assert cli.main(["--config", str(tmp_path / "recipe.yaml")]) == 0
+    assert "bible: streaming its training pairs (300 pairs)" in capsys.readouterr().out
+    (record,) = json_lines(tmp_path / "out" / HISTORY_FILE)
+    assert record["probabilities"] == pytest.approx({"bible": 300 / 5300, "dictionary": 5000 / 5300})
+
+
+def test_uat_train_refuses_a_whole_corpus_dedupe_of_a_stream_naming_the_corpus(tmp_path, capsys):
+    from test_cli import TINY
+
+    from uat_hf.cli import train as cli
+
+    recipe = {**TINY, "streaming": True, "output_dir": str(tmp_path / "out")}  # dedupe: true, the default
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    assert cli.main(["--config", str(tmp_path / "recipe.yaml")]) == 2
+    assert "Corpus 'bible' is streamed (streaming: true), but dedupe: true" in capsys.readouterr().err
