@@ -97,6 +97,22 @@ def test_a_stream_reads_the_bundled_file_lazily_with_its_size_from_a_line_count(
     assert stream_size(spec) == 100 and sum(1 for _ in load_corpus_stream(spec)) == 100
 
 
+def test_moses_pairs_stream_line_by_line_with_their_size_from_a_line_count(tmp_path):
+    (tmp_path / "EMEA.de-en.en").write_text("one\ntwo words\nthree\n")
+    (tmp_path / "EMEA.de-en.de").write_text("eins\nzwei Worte\ndrei\n")
+    spec = CorpusSpec("emea", "en", "de", format="moses", train=str(tmp_path / "EMEA.de-en"))
+    stream = load_corpus_stream(spec)
+    assert list(stream) == [
+        {"source": "one", "target": "eins"},
+        {"source": "two words", "target": "zwei Worte"},
+        {"source": "three", "target": "drei"},
+    ]
+    assert streamed_size(stream) == 3
+    spec.num_examples = 0
+    with pytest.raises(ValueError, match="Corpus 'emea': num_examples must be a positive number of pairs, got 0"):
+        load_corpus_stream(spec)
+
+
 @pytest.mark.parametrize(
     "field, value, message", [("carve_dev", 10, "carve_dev/carve_test"), ("dedupe", True, "dedupe: true")]
 )
