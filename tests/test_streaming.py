@@ -108,9 +108,8 @@ def test_moses_pairs_stream_line_by_line_with_their_size_from_a_line_count(tmp_p
         {"source": "three", "target": "drei"},
     ]
     assert streamed_size(stream) == 3
-    spec.num_examples = 0
     with pytest.raises(ValueError, match="Corpus 'emea': num_examples must be a positive number of pairs, got 0"):
-        load_corpus_stream(spec)
+        CorpusSpec("emea", "en", "de", format="moses", train=str(tmp_path / "EMEA.de-en"), num_examples=0)
 
 
 @pytest.mark.parametrize(
@@ -143,6 +142,41 @@ def test_a_temperature_prior_over_a_stream_of_unknown_size_is_refused_naming_it(
     )
     # A hand-given prior needs no sizes.
     UATTrainer(build_model("tiny", tokenizer), fixed, train_corpora=unsized, processing_class=tokenizer)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (
+            {"mix_corpora": True},
+            "mix_corpora draws every example's corpus, but training corpora \\['bible', 'software'\\]",
+        ),
+        ({"max_steps": -1}, "a stream has no epochs to count .num_train_epochs., so set max_steps"),
+        ({"ignore_data_skip": True}, "ignore_data_skip=True with streamed corpora"),
+        (
+            {"strategy": "mixing-law"},
+            "Strategy 'mixing-law' plans each step's mix from the examples every process drew",
+        ),
+        ({"strategy": "multidds-s"}, "Strategy 'multidds-s' measures on random batches of each training corpus"),
+    ],
+)
+def test_what_a_stream_cannot_give_is_refused_before_training(tmp_path, tokenizer, corpora, settings, message):
+    args = UATConfig(
+        output_dir=str(tmp_path),
+        report_to=[],
+        use_cpu=True,
+        max_tokens=300,
+        update_every=2,
+        **{"strategy": "multiuat", "max_steps": 4, **settings},
+    )
+    with pytest.raises(ValueError, match=message):
+        UATTrainer(
+            build_model("tiny", tokenizer),
+            args,
+            train_corpora=streams(tokenizer),
+            processing_class=tokenizer,
+            dev_corpora={n: corpora["dev"][n] for n in NAMES},
+        )
 
 
 def test_p_is_a_share_of_examples_drawn_from_the_streams(tmp_path, tokenizer, corpora):

@@ -146,6 +146,12 @@ class CorpusSpec:
             raise ValueError(f"{where}: format 'moses' reads file prefixes given as train/dev/test (e.g. train: "
                              f"data/EMEA.de-en for EMEA.de-en.en and EMEA.de-en.de), not path {self.path!r}.")
         self._check_carve(where)
+        size = self.num_examples
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"{where}: num_examples must be a positive number of pairs, got {size!r}.")
+        if size is not None and self.streaming is False:
+            raise ValueError(f"{where}: num_examples {size} is the size of a streamed corpus, but streaming is false "
+                             "(a loaded corpus counts its own pairs); remove it or stream the corpus.")
 
     def _check_carve(self, where: str) -> None:
         for split in ("dev", "test"):

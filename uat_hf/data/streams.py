@@ -60,12 +60,6 @@ def check_streamable(spec: CorpusSpec, preprocessing: PreprocessingConfig | None
             f"{where}, but dedupe: true keeps the first of identical pairs across the whole corpus, "
             "which a stream never holds; set dedupe: false (de-duplicate the files beforehand)."
         )
-    if spec.num_examples is not None and (
-        isinstance(spec.num_examples, bool) or not isinstance(spec.num_examples, int) or spec.num_examples < 1
-    ):
-        raise ValueError(
-            f"Corpus {spec.name!r}: num_examples must be a positive number of pairs, got {spec.num_examples!r}."
-        )
 
 
 def load_corpus_stream(spec: CorpusSpec, *, cache_dir: str | None = None) -> datasets.IterableDataset:

@@ -70,6 +70,9 @@ def attach_balancing(
     dynamic strategy measures, one per training corpus. The callback goes right after the Trainer's flow
     callback, so the balancing numbers it adds to a log entry reach every logger.
 
+    A training corpus that is a ``datasets.IterableDataset`` makes every corpus read as a stream, through a
+    :class:`~uat_hf.sampling.stream_batches.StreamBatchSampler` (:mod:`uat_hf.training.streaming`: what it refuses).
+
     The callback saves its state in ``on_save``, after the Trainer's own files, and reads it back from
     ``output_dir/checkpoint-<step>``. To resume from a checkpoint elsewhere, set ``callback.resume_from`` to
     its folder first; to skip folders a killed save left incomplete, resume from

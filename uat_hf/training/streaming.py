@@ -39,6 +39,11 @@ def stream_sampler(
             f"mix_corpora draws every example's corpus, but training corpora {_streamed(train_corpora)} "
             "are streamed: leave mix_corpora off (each batch comes from one corpus, drawn from p)."
         )
+    if trainer.args.max_steps <= 0:
+        raise ValueError(
+            f"Training corpora {_streamed(train_corpora)} are streamed: a stream has no epochs to count "
+            "(num_train_epochs), so set max_steps to the optimizer steps to train."
+        )
     sizes = {n: streamed_size(d) if is_stream(d) else len(d) for n, d in train_corpora.items()}
     unknown = [n for n, size in sizes.items() if size is None]
     if unknown and config.corpus_probabilities is None:

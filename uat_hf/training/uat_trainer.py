@@ -79,8 +79,8 @@ class UATTrainer(Seq2SeqTrainer):
     Args:
         model: any Hugging Face encoder-decoder model (MarianMT, BART, T5, ...).
         args: :class:`~uat_hf.training.uat_config.UATConfig`.
-        train_corpora: name → tokenized ``Dataset`` with ``input_ids``/``attention_mask``/``labels`` (``None``:
-            an evaluation-only trainer, as a ``Trainer`` built without ``train_dataset``).
+        train_corpora: name → tokenized ``Dataset`` or streamed ``IterableDataset`` with ``input_ids``/``labels``
+            (``None``: an evaluation-only trainer, as a ``Trainer`` built without ``train_dataset``).
         dev_corpora: name → tokenized trusted dev set per training corpus (what MultiUAT/MultiDDS-S measure).
         eval_corpora: name → tokenized sets to evaluate by generation (default: ``dev_corpora``). A
             ``target_text`` column, when present, gives the references; otherwise the labels are decoded.
