@@ -80,12 +80,13 @@ def load_corpus_stream(spec: CorpusSpec, *, cache_dir: str | None = None) -> dat
     else:
         raw = _load_raw_stream(spec, location, cache_dir)._resolve_features()
         fields = _pair_fields(raw, spec, _SPLIT)  # the map-style layouts, checked on the stream's first rows
+        # Row by row: a batched map renames each row after its whole batch, and a second batched map over that
+        # (prepare_stream's) would then join a thousand such names per batch, quadratic in the batch size.
         pairs = raw.map(
-            _pair_batch,
-            batched=True,
+            _pair_row,
             with_indices=True,
             remove_columns=raw.column_names,
-            fn_kwargs={"fields": fields, "corpus": spec.name, "split": _SPLIT},
+            fn_kwargs={"fields": fields, "corpus": spec.name},
         )
     if spec.max_examples is not None:
         pairs = pairs.take(spec.max_examples)
@@ -93,6 +94,14 @@ def load_corpus_stream(spec: CorpusSpec, *, cache_dir: str | None = None) -> dat
     if size is not None:
         pairs.info.splits = datasets.SplitDict({_SPLIT: datasets.SplitInfo(_SPLIT, num_examples=size)})
     return pairs
+
+
+def _pair_row(row: dict, index: int, *, fields: dict, corpus: str) -> dict[str, str]:
+    """:func:`~uat_hf.data.corpora._pair_batch` on one row (its checks and messages)."""
+    pair = _pair_batch(
+        {key: [value] for key, value in row.items()}, [index], fields=fields, corpus=corpus, split=_SPLIT
+    )
+    return {side: values[0] for side, values in pair.items()}
 
 
 def _load_raw_stream(spec: CorpusSpec, location: str, cache_dir: str | None) -> datasets.IterableDataset:
@@ -201,28 +210,38 @@ def prepare_stream(
     config = preprocessing or PreprocessingConfig(dedupe=False)
     if config.dedupe:
         raise ValueError("dedupe: true needs the whole corpus; a stream cannot be de-duplicated (set dedupe: false).")
-    stream = pairs.map(_strip_batch, batched=True)
     filters = {
         "drop_empty": config.drop_empty,
         "max_length_ratio": config.max_length_ratio,
         "max_source_words": config.max_source_words,
         "max_target_words": config.max_target_words,
     }
-    if any(value not in (None, False) for value in filters.values()):
-        stream = stream.filter(_keep_batch, batched=True, fn_kwargs=filters)
-    if target_tag:
-        stream = stream.map(_prefix_batch, batched=True, fn_kwargs={"prefix": target_tag + " "})
-    tokenized = stream.map(
-        _tokenize_batch,
+    tokenize = {
+        "tokenizer": tokenizer,
+        "max_source_length": max_source_length,
+        "max_target_length": max_target_length,
+        "languages": languages,
+    }
+    # One batched map for all the steps: each stacked batched map of an IterableDataset renames a row after its
+    # batch's rows, so a chain of them costs time quadratic in the batch size (seconds per 10,000 rows).
+    tokenized = pairs.map(
+        _prepare_batch,
         batched=True,
         remove_columns=["source", "target"],
-        fn_kwargs={
-            "tokenizer": tokenizer,
-            "max_source_length": max_source_length,
-            "max_target_length": max_target_length,
-            "languages": languages,
-        },
+        fn_kwargs={"filters": filters, "prefix": f"{target_tag} " if target_tag else None, "tokenize": tokenize},
     )
-    tokenized = tokenized.remove_columns([REFERENCE_COLUMN])
     tokenized.info.splits = pairs.info.splits
+    return tokenized
+
+
+def _prepare_batch(batch: dict, *, filters: dict, prefix: str | None, tokenize: dict) -> dict[str, list]:
+    """Strip, filter, tag and tokenize one batch of ``source``/``target`` rows (the map-style steps' functions)."""
+    pairs = _strip_batch(batch)
+    if any(value not in (None, False) for value in filters.values()):
+        keep = _keep_batch(pairs, **filters)
+        pairs = {side: [text for text, kept in zip(texts, keep) if kept] for side, texts in pairs.items()}
+    if prefix:
+        pairs["source"] = _prefix_batch(pairs, prefix=prefix)["source"]
+    tokenized = _tokenize_batch(pairs, **tokenize)
+    del tokenized[REFERENCE_COLUMN]
     return tokenized

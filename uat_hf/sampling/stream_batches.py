@@ -10,7 +10,8 @@ and packs them greedily under the token budget (fairseq's ``--max_tokens``,
 :func:`~uat_hf.sampling.packing.pack_by_tokens`; or ``batch_size`` examples of similar length), then hands the batches
 out in a seeded random order; an exhausted stream starts over (another pass). Memory is bounded by the buffers,
 whatever the corpus size. ``e_n``, the mean examples per batch that turns p into batch probabilities, is measured on
-the first buffer of the *whole* stream, so that it is the same on every rank and in a resumed run.
+the first 2,000 examples (at most a buffer) of the *whole* stream, so that it is the same on every rank and in a
+resumed run.
 
 **Processes.** Every rank draws the same corpus for the same global batch position (the uniform of position g comes
 from a generator seeded by ``(seed, g)``, and p moves identically on every rank), and accelerate's batch-sampler shard
@@ -47,6 +48,8 @@ from .packing import pack_by_tokens
 __all__ = ["StreamBatchSampler", "StreamedExamples"]
 
 STATE_VERSION = 1
+#: Examples of each stream packed to measure its mean examples per batch: enough for a mean, few to read at start.
+_SIZING_EXAMPLES = 2_000
 #: Positions whose state is remembered: far more than any DataLoader draws ahead of training.
 _REMEMBERED_POSITIONS = 4096
 
@@ -180,7 +183,7 @@ class StreamBatchSampler(torch.utils.data.Sampler[list[dict]]):
         self.max_tokens, self.examples_per_batch = max_tokens, batch_size
         self.buffer_examples, self.seed = int(buffer_examples), int(seed)
         self.process_index, self.num_processes = int(process_index), int(num_processes)
-        #: Mean examples per batch of each corpus, measured on the first buffer of its whole stream.
+        #: Mean examples per batch of each corpus, measured on the first examples of its whole stream.
         self.examples_per_corpus_batch = np.array([self._examples_per_batch(n, s) for n, s in streams.items()])
         if num_processes > 1:
             from datasets.distributed import split_dataset_by_node
@@ -199,7 +202,8 @@ class StreamBatchSampler(torch.utils.data.Sampler[list[dict]]):
         self._resumed = False
 
     def _examples_per_batch(self, name: str, stream: Any) -> float:
-        examples = list(islice(iter(stream.take(self.buffer_examples)), self.buffer_examples))
+        count = min(self.buffer_examples, _SIZING_EXAMPLES)
+        examples = list(islice(iter(stream.take(count)), count))
         if not examples:
             raise ValueError(
                 f"Streamed corpus {name!r} yields no training example (after cleaning); check its files and filters."
