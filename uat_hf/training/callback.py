@@ -16,10 +16,11 @@ Dev batches are drawn from generators seeded by ``(seed, update index, corpus)``
 every rank and in a resumed run.
 
 State (the distribution, with its strategy state and update count, and the sampler's position) is written as JSON
-into each checkpoint folder by :meth:`CorpusBalancingCallback.on_save`, under ``UATTrainer`` and a stock
-Trainer alike, and read back by :meth:`CorpusBalancingCallback.restore` when training resumes. Each update's
-record goes to ``balancing_history.jsonl`` (:class:`~uat_hf.utils.checkpoints.HistoryFile`), and its numbers join
-the Trainer's next training log entry: the one its loggers receive and the one kept in
+into each checkpoint folder by :meth:`CorpusBalancingCallback.on_save`, under ``UATTrainer`` and a stock Trainer
+alike, and read back by :meth:`CorpusBalancingCallback.restore` when training resumes. A streamed run's sampler
+(:mod:`uat_hf.sampling.stream_batches`) reads another shard on every rank: each rank writes its own state beside it.
+Each update's record goes to ``balancing_history.jsonl`` (:class:`~uat_hf.utils.checkpoints.HistoryFile`), and its
+numbers join the Trainer's next training log entry: the one its loggers receive and the one kept in
 ``state.log_history`` (so ``trainer_state.json``).
 """
 
