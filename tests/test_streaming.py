@@ -271,7 +271,9 @@ def test_two_processes_draw_the_same_corpora_from_their_own_shards_and_resume_ex
     for a, b in zip(*full, strict=True):
         assert a["p"] == b["p"] and a["batches"] != b["batches"]  # the same p, other examples
     drawn = [json.loads((tmp_path / "full" / f"drawn{r}").read_text()) for r in (0, 1)]
-    assert set(drawn[0]) == set(NAMES) and set(drawn[1]) == set(NAMES)
+    common = min(map(len, drawn))
+    assert common >= 18 and drawn[0][:common] == drawn[1][:common]  # the same corpus sequence on both ranks
+    assert set(drawn[0]) == set(NAMES)
     assert full[0][0]["p"] != full[0][-1]["p"]  # the updates moved p
     for r in (0, 1):
         assert [s["step"] for s in resumed[r]] == [6, 7, 8, 9]

@@ -1,8 +1,8 @@
 """Run under `accelerate launch --multi_gpu --num_processes 2 ...` on CPU: MultiUAT over streamed corpora.
 
 Two bundled corpora are read as streams (``uat_hf.data.streams``), each rank reading its half. Each rank appends,
-after every optimizer step, its live p, the corpora its batches of that step came from and a digest of the batches
-it trained on to OUTDIR/rank<r>.jsonl.
+after every optimizer step, its live p and a digest of the batches it trained on to OUTDIR/rank<r>.jsonl, and at the
+end the corpus drawn for every global batch position to OUTDIR/drawn<r>.
 
 ``OUTDIR MAX_STEPS SAVE_STEPS [resume]``: train MAX_STEPS steps saving every SAVE_STEPS (and resume from the last
 checkpoint in OUTDIR/run); each rank then writes a digest of its final weights to OUTDIR/weights<r>.
@@ -28,6 +28,7 @@ from teardown import finish
 
 from uat_hf.data.corpora import PreprocessingConfig
 from uat_hf.data.streams import load_corpus_stream, prepare_stream
+from uat_hf.sampling import stream_batches
 from uat_hf.training.uat_trainer import UATTrainer
 
 NAMES = ("bible", "software")
@@ -76,10 +77,15 @@ def main(outdir: str, max_steps: int, save_steps: int, resume: bool = False) -> 
     )
     trainer.digests = []
     sampler = trainer.corpus_sampler
-    drawn: list[str] = []
-    for buffer in sampler._buffers:  # which corpus each of this rank's batches came from
-        take = buffer.next_batch
-        buffer.next_batch = lambda take=take, name=buffer.name: (drawn.append(name), take())[1]
+    drawn: list[str] = []  # the corpus drawn for every global batch position, this rank's or not
+    pick = stream_batches.pick_corpus
+
+    def recording_pick(cumulative, u):
+        corpus = pick(cumulative, u)
+        drawn.append(sampler.names[corpus])
+        return corpus
+
+    stream_batches.pick_corpus = recording_pick
 
     def record(step):
         entry = {"p": sampler.probabilities.tolist(), "batches": list(trainer.digests)}
