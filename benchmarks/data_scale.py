@@ -13,9 +13,15 @@ the tiny preset and evaluates 8 test sentences per corpus. Measured from ``uat-t
   idle machine but far more on a busy one);
 - peak memory: the largest resident set of any process of the run (``uat-train`` or a preparation worker).
 
-Prints a table and, last, ``cached_first_batch_seconds=<x>`` (the second run at the largest size, most workers).
+With ``--streaming`` each size also gets a run that reads the training corpora as streams (``streaming: true``,
+``dedupe: false``; the tokenizer on the first ``STREAM_TOKENIZER_PAIRS`` pairs of each stream): nothing is prepared
+before training, so its first batch should not depend on the corpus size, nor its peak memory (bounded buffers).
+``--workers`` given without a value runs the streamed rows only.
 
-    python benchmarks/data_scale.py [--pairs 100000 1000000] [--workers 1 2] [--max-steps 5] [--keep DIR]
+Prints a table and, last, ``cached_first_batch_seconds=<x>`` (the second run at the largest size, most workers;
+``streamed_first_batch_seconds=<x>`` with ``--streaming`` only).
+
+    python benchmarks/data_scale.py [--pairs 100000 1000000] [--workers 1 2] [--streaming] [--max-steps 5] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ SENTENCE_WORDS = (4, 12)
 VOCABULARY = 30_000
 SMALL_PAIRS = 5_000
 HELD_OUT_PAIRS = 200
+#: A streamed run's tokenizer reads the first this many pairs of each stream (``tokenizer_max_sentences``).
+STREAM_TOKENIZER_PAIRS = 50_000
 #: Runs ``uat-train`` in a child that reports the largest resident set of its descendants (Linux: kB).
 _PEAK_RSS = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
              "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True); "
@@ -142,7 +150,8 @@ def timed_run(config: Path, workers: int, env: dict, log: Path) -> tuple[float, 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--streaming", action="store_true", help="also a run with the training corpora streamed")
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a "
                         "temporary folder, removed at the end)")
@@ -168,6 +177,16 @@ def main(argv: list[str] | None = None) -> None:
                     log = folder / f"uat-train-{workers}-{run.split()[0]}.log"
                     runs.append(Run(pairs, workers, run, *timed_run(config, workers, env, log), os.getloadavg()[0]))
                     print(f"# {runs[-1]}", flush=True)
+            if options.streaming:
+                env = dict(os.environ, HF_DATASETS_CACHE=str(folder / "hf-cache-streamed"), HF_HUB_OFFLINE="1",
+                           HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false")
+                config = folder / "recipe-streamed.yaml"
+                streamed = {**recipe(specs, folder / "run-streamed", options.max_steps), "streaming": True,
+                            "dedupe": False, "tokenizer_max_sentences": STREAM_TOKENIZER_PAIRS}
+                config.write_text(yaml.safe_dump(streamed))
+                log = folder / "uat-train-streamed.log"
+                runs.append(Run(pairs, 1, "streamed", *timed_run(config, 1, env, log), os.getloadavg()[0]))
+                print(f"# {runs[-1]}", flush=True)
     finally:
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -177,8 +196,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r.pairs:>9} {r.workers:>7} {r.run:<16} {r.startup:>10.1f} {r.preparation:>7.1f} "
               f"{r.first_batch:>11.1f} {r.first_batch - r.startup:>13.1f} {r.peak_mb:>8.0f} {r.total:>8.1f} "
               f"{r.load:>5.1f}")
-    last = runs[-1]
-    print(f"cached_first_batch_seconds={last.first_batch:.1f}")
+    cached = [r for r in runs if r.run != "streamed"]
+    if cached:
+        print(f"cached_first_batch_seconds={cached[-1].first_batch:.1f}")
+    if options.streaming:
+        print(f"streamed_first_batch_seconds={runs[-1].first_batch:.1f}")
 
 
 if __name__ == "__main__":

@@ -135,6 +135,12 @@ class DataArguments:
         default=None, metadata={"help": "Drop training pairs with more target words than this."}
     )
     dedupe: bool = field(default=True, metadata={"help": "Drop repeated (source, target) training pairs."})
+    streaming: bool = field(
+        default=False,
+        metadata={"help": "Read every training corpus as a stream (datasets' streaming=True): cleaned and tokenized "
+                  "as it trains, never loaded whole; a corpus spec's own streaming field wins. Needs dedupe: false; "
+                  "dev and test sets are loaded as usual (docs/usage.md, 'Streaming corpora')."},
+    )
     language_tags: str = field(
         default="auto",
         metadata={"help": "Marian tag (>>de<<) on the source: 'auto'/'marian' (one-to-many only), 'target' (always); "
@@ -230,6 +236,9 @@ class DataArguments:
                     "not both: the fraction keeps the corpora's size ratios, the cap of N pairs per corpus changes "
                     "them."
                 )
+        if self.streaming and self.train_fraction is not None:
+            raise ValueError(f"train_fraction ({self.train_fraction}) draws a random subset of each whole corpus, "
+                             "which streaming: true never holds; cap the streams with max_train_examples instead.")
         if self.max_length_ratio is not None and not self.max_length_ratio >= 1:
             raise ValueError(f"max_length_ratio must be >= 1 (or null to disable), got {self.max_length_ratio!r}.")
         for name in ("dataset_cache_dir", "preparation_cache_dir"):

@@ -27,7 +27,7 @@ from ..data.preparation_cache import (
     spec_fingerprint,
 )
 from .arguments import DataArguments, ModelArguments
-from .train_data import build_tokenizer, load_data, say
+from .train_data import build_tokenizer, load_data, say, streams
 
 __all__ = ["HOW_TO_PREPARE_FIELDS", "TRAINED_TOKENIZER_FIELDS", "prepare_data", "preparation_inputs"]
 
@@ -89,6 +89,8 @@ def preparation_inputs(data_args: DataArguments, model_args: ModelArguments, spe
     """``(inputs, None)``: what the prepared data depends on, to be hashed into its key; or ``(None, reason)`` when
     some corpus cannot be fingerprinted. ``tokenizer``: the one loaded by name (its saved files count), ``None``
     for one trained on the corpora (its fields count)."""
+    if any(streams(spec, data_args) for spec in specs):
+        return None, "streamed corpora are read as they train"
     fingerprints = {}
     for group, group_specs in (("specs", specs), ("eval_specs", eval_specs)):
         fingerprints[group] = []

@@ -63,6 +63,7 @@ from .train_data import (
     language_codes_for,
     position_limit,
     say,
+    size_text,
     tags_for,
 )
 
@@ -163,7 +164,7 @@ def prepare(
 
     check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora)
     say(
-        "data: " + ", ".join(f"{n} {len(train[n])} train / {len(dev[n]) if n in dev else 0} dev" for n in train)
+        "data: " + ", ".join(f"{n} {size_text(train[n])} train / {len(dev[n]) if n in dev else 0} dev" for n in train)
         + f"; evaluating on {data_args.eval_split}: " + ", ".join(f"{n} {len(ds)}" for n, ds in eval_corpora.items())
     )
 

@@ -29,6 +29,9 @@ __all__ = [
     "language_codes_for",
     "load_data",
     "say",
+    "size_text",
+    "stream_train_splits",
+    "streams",
     "tags_for",
 ]
 
@@ -174,6 +177,16 @@ def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: l
         return tokenizer
     texts = []
     for spec in specs:
+        if streams(spec, data_args):  # the first pairs of the stream, not the whole corpus
+            from itertools import islice
+
+            import datasets
+
+            from ..data.streams import load_corpus_stream
+
+            first = model_args.tokenizer_max_sentences or model_args.tokenizer_train_examples
+            texts.append(datasets.Dataset.from_list(list(islice(load_corpus_stream(spec), first))))
+            continue
         raw = load_corpus_split(spec, "train", cache_dir=data_args.dataset_cache_dir)
         if model_args.tokenizer_max_sentences is not None and len(raw) > model_args.tokenizer_max_sentences:
             raw = raw.select(range(model_args.tokenizer_max_sentences))
@@ -232,8 +245,18 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
     if prompt is not None:
         tag_of = eval_tag_of = None
     common.update(language_codes=data_args.language_codes)
-    data = load_corpora(specs, tokenizer, preprocessing, splits=data_args.split_names(),
-                        tags=data_args.language_tags if codes else tag_of, **common)
+    streamed = [spec for spec in specs if streams(spec, data_args)]
+    data = load_corpora([spec for spec in specs if spec not in streamed], tokenizer, preprocessing,
+                        splits=data_args.split_names(), tags=data_args.language_tags if codes else tag_of, **common)
+    if streamed:  # the train split streams, dev and test load as usual
+        splits = [split for split in data_args.split_names() if split != "train"]
+        rest = load_corpora(streamed, tokenizer, preprocessing, splits=splits,
+                            tags=data_args.language_tags if codes else tag_of, **common)
+        for split, corpora in rest.items():
+            data[split] = {spec.name: {**data[split], **corpora}[spec.name] for spec in specs
+                           if spec.name in data[split] or spec.name in corpora}
+        data["train"] = stream_train_splits(specs, streamed, data["train"], tokenizer, preprocessing, data_args,
+                                            None if codes else tag_of)
     if data_args.train_fraction is not None:
         data["train"] = keep_fraction(data["train"], data_args.train_fraction)
     split = data_args.eval_split
@@ -247,6 +270,43 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
         limit = data_args.max_eval_examples
         eval_corpora = {n: ds.select(range(min(limit, len(ds)))) for n, ds in eval_corpora.items()}
     return data["train"], data.get("dev", {}), eval_corpora, list(ood)
+
+
+def streams(spec: CorpusSpec, data_args: DataArguments) -> bool:
+    """Whether ``spec``'s train split is read as a stream: its own ``streaming`` field, else the recipe's."""
+    return bool(data_args.streaming if spec.streaming is None else spec.streaming)
+
+
+def stream_train_splits(specs, streamed, train: Mapping, tokenizer, preprocessing, data_args, tag_of) -> dict:
+    """The training corpora, in spec order, ``streamed`` ones as tokenized streams (:mod:`uat_hf.data.streams`);
+    what a stream cannot do (a whole-corpus dedupe, carving) is refused naming the corpus."""
+    from ..data.streams import check_streamable, load_corpus_stream, prepare_stream, stream_size
+
+    codes = (corpus_language_codes(streamed, data_args.language_tags, data_args.language_codes)
+             if data_args.language_tags in CODE_SCHEMES else {})
+    out = dict(train)
+    for spec in streamed:
+        try:
+            check_streamable(spec, preprocessing)
+        except ValueError as error:
+            raise InputError(str(error)) from None
+        size = stream_size(spec)
+        say(f"{spec.name}: streaming its training pairs ({'size unknown' if size is None else f'{size} pairs'})")
+        out[spec.name] = prepare_stream(
+            load_corpus_stream(spec, cache_dir=data_args.dataset_cache_dir), tokenizer, preprocessing,
+            max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
+            target_tag=(tag_of or {}).get(spec.name), languages=codes.get(spec.name))
+    return {spec.name: out[spec.name] for spec in specs if spec.name in out}
+
+
+def size_text(dataset) -> str:
+    """A corpus's size for ``uat-train``'s summary: its rows, or what a stream's metadata says."""
+    from ..data.streams import is_stream, streamed_size
+
+    if not is_stream(dataset):
+        return str(len(dataset))
+    size = streamed_size(dataset)
+    return "streamed" if size is None else f"~{size} streamed"
 
 
 def keep_fraction(corpora: Mapping, fraction: float, seed: int = SUBSAMPLE_SEED) -> dict:

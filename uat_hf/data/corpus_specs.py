@@ -100,6 +100,9 @@ class CorpusSpec:
     A split left as ``None`` (local files) is absent:
     :func:`load_corpora` skips it, :func:`load_corpus_split` refuses it. Contradictory or unused fields are
     refused when the spec is made, with the corpus, the field and the value in the message.
+
+    ``streaming: true`` reads the train split as a stream (:mod:`uat_hf.data.streams`; ``None``: the recipe's
+    ``streaming``), ``num_examples`` its size in pairs where no metadata gives it (for the temperature priors).
     """
 
     name: str
@@ -119,6 +122,8 @@ class CorpusSpec:
     carve_dev: int | None = None
     carve_test: int | None = None
     carve_seed: int = 0
+    streaming: bool | None = None
+    num_examples: int | None = None
 
     def __post_init__(self) -> None:
         check_corpus_name(self.name, "CorpusSpec name")
@@ -141,6 +146,12 @@ class CorpusSpec:
             raise ValueError(f"{where}: format 'moses' reads file prefixes given as train/dev/test (e.g. train: "
                              f"data/EMEA.de-en for EMEA.de-en.en and EMEA.de-en.de), not path {self.path!r}.")
         self._check_carve(where)
+        size = self.num_examples
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"{where}: num_examples must be a positive number of pairs, got {size!r}.")
+        if size is not None and self.streaming is False:
+            raise ValueError(f"{where}: num_examples {size} is the size of a streamed corpus, but streaming is false "
+                             "(a loaded corpus counts its own pairs); remove it or stream the corpus.")
 
     def _check_carve(self, where: str) -> None:
         for split in ("dev", "test"):

@@ -31,6 +31,7 @@ from transformers.trainer_utils import seed_worker
 from ..data.language_codes import language_code_ids
 from ..models.causal_model import is_causal_lm
 from ..sampling.sampler import CorpusBatchSampler
+from ..sampling.stream_batches import StreamBatchSampler, StreamedExamples
 from ..strategies.registry import get_strategy
 from ..strategies.rewards import BalancingReward, require_supported_model
 from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
@@ -38,6 +39,7 @@ from .balancing_arguments import BalancingArguments
 from .callback import CorpusBalancingCallback
 from .health_callback import CorpusHealthCallback
 from .resume_check import resume_settings
+from .streaming import any_stream, stream_sampler
 from .uat_config import UATConfig
 
 __all__ = ["attach_balancing", "balancing_settings", "check_corpora", "concatenate_corpora", "corpus_dataloader",
@@ -68,6 +70,9 @@ def attach_balancing(
     dynamic strategy measures, one per training corpus. The callback goes right after the Trainer's flow
     callback, so the balancing numbers it adds to a log entry reach every logger.
 
+    A training corpus that is a ``datasets.IterableDataset`` makes every corpus read as a stream, through a
+    :class:`~uat_hf.sampling.stream_batches.StreamBatchSampler` (:mod:`uat_hf.training.streaming`: what it refuses).
+
     The callback saves its state in ``on_save``, after the Trainer's own files, and reads it back from
     ``output_dir/checkpoint-<step>``. To resume from a checkpoint elsewhere, set ``callback.resume_from`` to
     its folder first; to skip folders a killed save left incomplete, resume from
@@ -81,20 +86,32 @@ def attach_balancing(
     check_corpora(train_corpora, dev_corpora, config)
     reward = balancing_reward(config, trainer.model, trainer.processing_class, trainer.accelerator)
     seed = config.data_seed if config.data_seed is not None else config.seed
-    sampler = CorpusBatchSampler.from_datasets(
-        train_corpora,
-        config.corpus_distribution({name: len(dataset) for name, dataset in train_corpora.items()}),
-        max_tokens=config.max_tokens,
-        batch_size=None if config.max_tokens else config.per_device_train_batch_size,
-        mix_corpora=config.mix_corpora,
-        mix_pool_batches=config.mix_pool_batches,
-        seed=seed,
-    )
+    streaming = any_stream(train_corpora)
+    # Source use is measured by giving a target another sentence's source: seq2seq models only (a decoder-only
+    # model's prompt and completion share one sequence); the checks sample training pairs at random, which a
+    # stream cannot give.
+    checks = (bool(dev_corpora) and config.corpus_health_checks > 0 and not is_causal_lm(trainer.model)
+              and not streaming)
+    if config.corpus_health_action == "set_aside" and not checks:
+        raise ValueError("corpus_health_action=set_aside needs the corpus-health checks, which need dev corpora, "
+                         "map-style training corpora (they sample training pairs at random) and a "
+                         "sequence-to-sequence model (a decoder-only model's prompt and completion share one "
+                         "sequence); give dev sets, or use corpus_health_action=warn.")
+    sampler = stream_sampler(trainer, config, train_corpora, reward, seed) if streaming else (
+        CorpusBatchSampler.from_datasets(
+            train_corpora,
+            config.corpus_distribution({name: len(dataset) for name, dataset in train_corpora.items()}),
+            max_tokens=config.max_tokens,
+            batch_size=None if config.max_tokens else config.per_device_train_batch_size,
+            mix_corpora=config.mix_corpora,
+            mix_pool_batches=config.mix_pool_batches,
+            seed=seed,
+        ))
     callback = CorpusBalancingCallback(
         sampler,
         reward=reward,
         dev_corpora=dev_corpora,
-        train_corpora=train_corpora,
+        train_corpora=None if streaming else train_corpora,
         collate_fn=measuring_collator(trainer) if reward is not None else None,
         update_every=config.update_every,
         dev_batch_tokens=config.dev_batch_tokens,
@@ -104,7 +121,7 @@ def attach_balancing(
         allow_inexact_resume=config.allow_inexact_resume,
         settings=resume_settings(config),
     )
-    trainer.train_dataset = concatenate_corpora(train_corpora)
+    trainer.train_dataset = StreamedExamples() if streaming else concatenate_corpora(train_corpora)
     _average_loss_per_batch(trainer)
     if not getattr(trainer, "owns_corpus_sampler", False):
         trainer.get_train_dataloader = functools.partial(corpus_dataloader, trainer, sampler, trainer.train_dataset)
@@ -112,13 +129,6 @@ def attach_balancing(
     callbacks = trainer.callback_handler.callbacks
     flow = next((i for i, c in enumerate(callbacks) if isinstance(c, DefaultFlowCallback)), -1)
     callbacks.insert(flow + 1, callback)
-    # Source use is measured by giving a target another sentence's source: seq2seq models only (a decoder-only
-    # model's prompt and completion share one sequence).
-    checks = bool(dev_corpora) and config.corpus_health_checks > 0 and not is_causal_lm(trainer.model)
-    if config.corpus_health_action == "set_aside" and not checks:
-        raise ValueError("corpus_health_action=set_aside needs the corpus-health checks, which need dev corpora and "
-                         "a sequence-to-sequence model (a decoder-only model's prompt and completion share one "
-                         "sequence); give dev sets, or use corpus_health_action=warn.")
     if checks:
         set_aside = config.corpus_health_action == "set_aside"
         callbacks.insert(flow + 2, CorpusHealthCallback(
@@ -242,11 +252,13 @@ def measuring_collator(trainer: Any) -> Callable[[list[dict]], dict[str, torch.T
     return DataCollatorForSeq2Seq(trainer.processing_class, model=trainer.model, label_pad_token_id=IGNORE_INDEX)
 
 
-def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler, dataset: Dataset) -> DataLoader:
+def corpus_dataloader(trainer: Any, sampler: CorpusBatchSampler | StreamBatchSampler,
+                      dataset: Dataset | StreamedExamples) -> DataLoader:
     """The training DataLoader of ``trainer`` driven by ``sampler``, prepared by its accelerator."""
     args = trainer.args
     dataloader = DataLoader(
-        dataset.select_columns([c for c in dataset.column_names if c in MODEL_COLUMNS]),
+        dataset if isinstance(dataset, StreamedExamples)
+        else dataset.select_columns([c for c in dataset.column_names if c in MODEL_COLUMNS]),
         batch_sampler=sampler,
         collate_fn=trainer.data_collator,
         num_workers=args.dataloader_num_workers,
@@ -291,6 +303,8 @@ def _average_loss_per_batch(trainer: Any) -> None:
 
 def _check_model_columns(corpora: Mapping[str, Dataset], kind: str) -> None:
     for name, dataset in corpora.items():
+        if dataset.column_names is None:  # a stream whose columns show only when read: checked then
+            continue
         missing = [c for c in TOKEN_COLUMNS if c not in dataset.column_names]
         if missing:
             raise ValueError(

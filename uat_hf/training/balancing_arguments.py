@@ -81,6 +81,13 @@ class BalancingArguments:
             "alike. 1: no grouping. New probabilities take effect from the next pool."
         },
     )
+    stream_buffer_examples: int = field(
+        default=10_000,
+        metadata={
+            "help": "Streamed corpora: examples each corpus reads ahead into its buffer, sorted by length there and "
+            "packed into batches (the memory a stream holds; larger: less padding)."
+        },
+    )
     measure: str | None = field(
         default=None,
         metadata={

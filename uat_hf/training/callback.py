@@ -16,16 +16,18 @@ Dev batches are drawn from generators seeded by ``(seed, update index, corpus)``
 every rank and in a resumed run.
 
 State (the distribution, with its strategy state and update count, and the sampler's position) is written as JSON
-into each checkpoint folder by :meth:`CorpusBalancingCallback.on_save`, under ``UATTrainer`` and a stock
-Trainer alike, and read back by :meth:`CorpusBalancingCallback.restore` when training resumes. Each update's
-record goes to ``balancing_history.jsonl`` (:class:`~uat_hf.utils.checkpoints.HistoryFile`), and its numbers join
-the Trainer's next training log entry: the one its loggers receive and the one kept in
+into each checkpoint folder by :meth:`CorpusBalancingCallback.on_save`, under ``UATTrainer`` and a stock Trainer
+alike, and read back by :meth:`CorpusBalancingCallback.restore` when training resumes. A streamed run's sampler
+(:mod:`uat_hf.sampling.stream_batches`) reads another shard on every rank: each rank writes its own state beside it.
+Each update's record goes to ``balancing_history.jsonl`` (:class:`~uat_hf.utils.checkpoints.HistoryFile`), and its
+numbers join the Trainer's next training log entry: the one its loggers receive and the one kept in
 ``state.log_history`` (so ``trainer_state.json``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -41,7 +43,13 @@ from ..sampling.distribution import CorpusDistribution
 from ..sampling.packing import draw_token_batch, example_lengths, split_by_tokens
 from ..sampling.sampler import CorpusBatchSampler
 from ..strategies.rewards import BalancingReward
-from ..utils.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, HistoryFile, write_json_atomically
+from ..utils.checkpoints import (
+    BALANCING_STATE_FILE,
+    HISTORY_FILE,
+    STREAM_STATE_FILE,
+    HistoryFile,
+    write_json_atomically,
+)
 from ..utils.columns import model_columns
 from ..utils.names import check_exact_names
 from .resume_check import STATE_FORMAT as _STATE_FORMAT
@@ -195,8 +203,14 @@ class CorpusBalancingCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         # After the Trainer's own files: a kill in between leaves a folder without the balancing state, which
         # checkpoint_problem() counts as incomplete, so resume never trusts it.
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if getattr(self.sampler, "per_rank_state", False):  # each rank streams its own shard: its own file
+            # The DataLoader drew ahead: the stream sampler saves its state at this step, not at the batches drawn.
+            self.sampler.steps_done = state.global_step
+            os.makedirs(folder, exist_ok=True)
+            write_json_atomically(os.path.join(folder, STREAM_STATE_FILE.format(rank=args.process_index)),
+                                  self.sampler.state_dict())
         if args.should_save:
-            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             os.makedirs(folder, exist_ok=True)
             self.save(os.path.join(folder, BALANCING_STATE_FILE))
 
@@ -341,6 +355,8 @@ class CorpusBalancingCallback(TrainerCallback):
         self._history = HistoryFile(os.path.join(args.output_dir, HISTORY_FILE), writes=args.should_save)
         saved_in = os.path.join(os.path.dirname(os.path.abspath(folder)), HISTORY_FILE)
         records = self._history.records(CorpusDistribution.records_in(state["distribution"]), source=saved_in)
+        if getattr(self.sampler, "per_rank_state", False):
+            state = {**state, "sampler": _rank_state(folder, args.process_index)}
         self.load_state_dict(state, records)
         self._history.keep(records)
 
@@ -355,6 +371,16 @@ def join_training_log(state: Any, logs: dict | None, numbers: Mapping[str, float
     if state.log_history and state.log_history[-1].get("step") == state.global_step:
         state.log_history[-1].update(numbers)
     return True
+
+
+def _rank_state(folder: str, rank: int) -> dict:
+    """The stream sampler state rank ``rank`` saved in checkpoint ``folder``."""
+    path = os.path.join(folder, STREAM_STATE_FILE.format(rank=rank))
+    if not os.path.isfile(path):
+        raise ValueError(f"Cannot resume the streamed corpora of process {rank}: {path} is missing. Resume on as many "
+                         "processes as the run that saved the checkpoint, from a checkpoint every process saved.")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def _rows(dataset, indices: Sequence[int]) -> list[dict]:

@@ -35,6 +35,7 @@ from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer,
 from transformers.trainer_utils import PredictionOutput
 
 from ..data.language_codes import labels_generation_kwargs, places_language_codes, save_generation_kwargs
+from ..data.streams import is_stream
 from ..evaluation import user_metrics
 from ..evaluation.causal_eval import continuation, first_line, left_padding, prompt_only
 from ..evaluation.corpus_evaluation import corpus_references, in_original_order, longest_source_first_order
@@ -78,8 +79,8 @@ class UATTrainer(Seq2SeqTrainer):
     Args:
         model: any Hugging Face encoder-decoder model (MarianMT, BART, T5, ...).
         args: :class:`~uat_hf.training.uat_config.UATConfig`.
-        train_corpora: name → tokenized ``Dataset`` with ``input_ids``/``attention_mask``/``labels`` (``None``:
-            an evaluation-only trainer, as a ``Trainer`` built without ``train_dataset``).
+        train_corpora: name → tokenized ``Dataset`` or streamed ``IterableDataset`` with ``input_ids``/``labels``
+            (``None``: an evaluation-only trainer, as a ``Trainer`` built without ``train_dataset``).
         dev_corpora: name → tokenized trusted dev set per training corpus (what MultiUAT/MultiDDS-S measure).
         eval_corpora: name → tokenized sets to evaluate by generation (default: ``dev_corpora``). A
             ``target_text`` column, when present, gives the references; otherwise the labels are decoded.
@@ -134,7 +135,7 @@ class UATTrainer(Seq2SeqTrainer):
         for kind, corpora in named:
             for name, dataset in corpora.items():
                 check_corpus_name(name, f"UATTrainer {kind} corpora")
-                if len(dataset) == 0:
+                if not is_stream(dataset) and len(dataset) == 0:  # a stream's emptiness shows when read
                     raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
         if train_corpora is not None:
             check_corpora(self.train_corpora, self.dev_corpora, args)

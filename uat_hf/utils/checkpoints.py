@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 #: The sampler and scorer state, one JSON file per checkpoint folder.
 BALANCING_STATE_FILE = "uat_balancing_state.json"
+#: A streamed run's sampler state of one rank (``{rank}``: its process index): each rank reads its own shard.
+STREAM_STATE_FILE = "uat_stream_state-{rank}.json"
 #: One JSON record per balancing update (step, rewards, p, ...), appended in the training ``output_dir``.
 HISTORY_FILE = "balancing_history.jsonl"
 #: The name of the Trainer's own state file, the last one it writes into a checkpoint folder.
