@@ -179,6 +179,8 @@ def test_a_misaligned_corpus_is_set_aside_whatever_the_strategy_proposes_and_res
     assert max(updates[4:]) <= 0.01 + 1e-12 and aside[0]["probabilities"]["bible"] <= 0.01 + 1e-12  # ...not after
     health = next(c for c in full.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
     assert health.summary()["set_aside"] == {"bible": 0.01}
+    assert health.summary()["warnings"][0].endswith("Corpus 'bible' was set aside from step 4: it kept at most 0.01 "
+                                                    "of p from then on (corpus_health_action=set_aside).")
     assert any(e.get("balance/p_bible") == aside[0]["probabilities"]["bible"] for e in full.state.log_history)
     for checkpoint in ("checkpoint-3", "checkpoint-6"):  # before and after the set-aside
         partial = tmp_path / checkpoint

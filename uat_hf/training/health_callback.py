@@ -91,8 +91,10 @@ class CorpusHealthCallback(TrainerCallback):
         if self.balancing is not None:
             for name in self._agreed(confirmed):
                 if self.balancing.set_aside(name, self.share, step, health.describe(name)) is not None:
-                    logger.warning("Corpus %r is set aside from step %d: it keeps at most %.3g of p "
-                                   "(corpus_health_action=set_aside).", name, step, self.share)
+                    note = (f"Corpus {name!r} was set aside from step {step}: it kept at most {self.share:g} of p "
+                            "from then on (corpus_health_action=set_aside).")
+                    self.warned[name] = f"{self.warned.get(name, health.describe(name))} {note}"
+                    logger.warning(note)
         values = {key: dict(zip(self.names, v)) for key, v in zip(_KEYS, (health.share, health.z, health.dev_z))}
         self._previous = tuple(values.values())
         self._pending = {f"{_PREFIX}{n}_{key}": round(float(v), 4)
