@@ -85,15 +85,15 @@ def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[s
              f"{', '.join(f'{c} {p:g}' for c, p in oracle.items())}. Intact corpora: {', '.join(intact)}. Δ is the "
              f"paired difference from {baseline} of the same seed in the macro BLEU over the intact corpora, with the "
              "smallest Δ a two-sided paired t-test over the seeds detects (α = 0.05), and the share of the oracle's "
-             f"mean Δ it recovers; p is {broken}'s share of the mix after the first third of training and at its end "
+             f"mean Δ over the same seeds it recovers; p is {broken}'s share of the mix after the first third of "
+             "training and at its end "
              "(means over seeds), TV the final mix's total variation distance from the oracle.", "",
              f"| strategy | seeds | BLEU, all | BLEU, intact | chrF, all | chrF, intact | Δ intact BLEU | smallest "
              f"detectable | verdict | of oracle's Δ | p {broken} at ⅓ | p {broken} at end | TV to oracle |",
              "|---" * 13 + "|"]
     base = {r.seed: macro(r, intact, "bleu") for r in runs if r.strategy == baseline}
-    oracle_deltas = [macro(r, intact, "bleu") - base[r.seed] for r in runs
-                     if r.strategy == "oracle" and r.seed in base]
-    oracle_gain = statistics.mean(oracle_deltas) if oracle_deltas else None
+    oracle_deltas = {r.seed: macro(r, intact, "bleu") - base[r.seed] for r in runs
+                     if r.strategy == "oracle" and r.seed in base}
     best, best_score = None, None
     for strategy in strategies:
         mine = sorted((r for r in runs if r.strategy == strategy), key=lambda r: r.seed)
@@ -104,8 +104,12 @@ def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[s
         share = statistics.mean(p[broken] for p in mixes) if mixes else None
         thirds = [p[broken] for p in (p_at(r, 1 / 3) for r in mine) if p is not None]
         tv = statistics.mean(distance(p, oracle) for p in mixes) if mixes else None
-        recovered = (mean_delta / oracle_gain if mean_delta is not None and oracle_gain and strategy != "oracle"
-                     else None)
+        # the oracle's gain over the same seeds, so that a strategy with fewer seeds is not compared with others
+        paired = [(score - base[r.seed], oracle_deltas[r.seed]) for r, score in zip(mine, scores)
+                  if r.seed in base and r.seed in oracle_deltas]
+        oracle_gain = statistics.mean(o for _, o in paired) if paired else None
+        recovered = (statistics.mean(d for d, _ in paired) / oracle_gain
+                     if oracle_gain and strategy not in ("oracle", baseline) else None)
         lines.append(f"| {strategy} | {len(mine)} | {mean_sd([r.results['mean']['bleu'] for r in mine])} | "
                      f"{mean_sd(scores)} | {mean_sd([r.results['mean']['chrf'] for r in mine])} | "
                      f"{mean_sd([macro(r, intact, 'chrf') for r in mine])} | {num(mean_delta, '+.2f')} | "
