@@ -11,7 +11,9 @@ the tiny preset and evaluates 8 test sentences per corpus. Measured from ``uat-t
 - first batch: process start to the Trainer's first logged step (``logging_steps: 1``), i.e. the first batch trained,
   and the same less the start-up (what the data costs before training starts; start-up is imports, seconds on an
   idle machine but far more on a busy one);
-- peak memory: the largest resident set of any process of the run (``uat-train`` or a preparation worker).
+- peak memory: the largest resident set of any process of the run (``uat-train`` or a preparation worker);
+- training throughput: optimizer steps per second from the first logged step to the last (the batches after the
+  first), to compare streamed with map-style corpora at the same batch shape (give ``--max-steps`` a few hundred).
 
 With ``--streaming`` each size also gets a run that reads the training corpora as streams (``streaming: true``,
 ``dedupe: false``; the tokenizer on the first ``STREAM_TOKENIZER_PAIRS`` pairs of each stream): nothing is prepared
@@ -21,7 +23,8 @@ before training, so its first batch should not depend on the corpus size, nor it
 Prints a table and, last, ``cached_first_batch_seconds=<x>`` (the second run at the largest size, most workers;
 ``streamed_first_batch_seconds=<x>`` with ``--streaming`` only).
 
-    python benchmarks/data_scale.py [--pairs 100000 1000000] [--workers 1 2] [--streaming] [--max-steps 5] [--keep DIR]
+    python benchmarks/data_scale.py [--pairs 100000 1000000] [--workers 1 2] [--streaming] [--max-steps 5]
+        [--model tiny] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class Run:
     first_batch: float
     peak_mb: float
     total: float
+    steps_per_second: float
     load: float = float("nan")  # the 1-minute load average when the run ended: how busy the machine was
 
 
@@ -96,37 +100,44 @@ def write_pairs(path: Path, count: int, seed: int, chunk: int = 100_000) -> None
 
 
 def write_corpora(folder: Path, pairs: int) -> list[dict]:
-    """The large corpus (``pairs`` training pairs) and a small one, each with dev and test files: corpus specs."""
+    """The large corpus (``pairs`` training pairs) and a small one, each with dev and test files: corpus specs.
+    Files already in ``folder`` (a ``--keep`` folder) are reused: the same seeds write the same pairs."""
     specs = []
     for name, count, seed in (("large", pairs, 10), ("small", SMALL_PAIRS, 20)):
         spec = {"name": name, "source_lang": "en", "target_lang": "de"}
         for split, n, offset in (("train", count, 0), ("dev", HELD_OUT_PAIRS, 1), ("test", HELD_OUT_PAIRS, 2)):
             path = folder / f"{name}.{split}.jsonl"
-            write_pairs(path, n, seed + offset)
+            if not path.exists():
+                partial = path.with_suffix(".partial")  # renamed once complete: a killed run leaves no short file
+                write_pairs(partial, n, seed + offset)
+                partial.rename(path)
             spec[split] = str(path)
         specs.append(spec)
     return specs
 
 
-def recipe(specs: list[dict], output_dir: Path, max_steps: int) -> dict:
+def recipe(specs: list[dict], output_dir: Path, max_steps: int, model: str = "tiny") -> dict:
     return {
         "corpus_specs": specs, "output_dir": str(output_dir), "strategy": "temperature",
-        "model_name_or_path": "tiny", "max_source_length": 64, "max_target_length": 64,
+        "model_name_or_path": model, "max_source_length": 64, "max_target_length": 64,
         "max_steps": max_steps, "max_tokens": 400, "logging_steps": 1, "save_strategy": "no", "eval_strategy": "no",
         "max_eval_examples": 8, "generation_num_beams": 1, "generation_max_length": 8, "use_cpu": True,
         "report_to": "none", "disable_tqdm": True, "seed": 0,
+        # The corpus-health checks (forward passes over training and dev samples, seconds each with the small
+        # preset) run for map-style corpora only: off, so that both paths train the same work.
+        "corpus_health_checks": 0,
     }
 
 
-def timed_run(config: Path, workers: int, env: dict, log: Path) -> tuple[float, float, float, float, float]:
-    """``(start-up, preparation, first batch, peak MB, total)`` seconds of one ``uat-train`` run, whose output goes
-    to ``log`` with each line's time since the start."""
+def timed_run(config: Path, workers: int, env: dict, log: Path) -> tuple[float, ...]:
+    """``(start-up, preparation, first batch, peak MB, total, steps per second)`` of one ``uat-train`` run (times in
+    seconds), whose output goes to ``log`` with each line's time since the start."""
     uat_train = [sys.executable, "-m", "uat_hf.cli.train"]
     command = [sys.executable, "-c", _PEAK_RSS, *uat_train, "--config", str(config),
                "--preprocessing_num_workers", str(workers)]
     start = time.monotonic()
     seen: dict[str, float] = {}
-    peak_kb, tail = 0.0, []
+    peak_kb, tail, steps = 0.0, [], []
     with (subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as process,
           open(log, "w", encoding="utf-8") as saved):
         for line in process.stdout:
@@ -139,12 +150,14 @@ def timed_run(config: Path, workers: int, env: dict, log: Path) -> tuple[float, 
                 seen.setdefault("model", now)
             elif re.match(r"\{'loss'", line.strip()):
                 seen.setdefault("first_batch", now)
+                steps.append(now)
             elif line.startswith("peak_rss_kb"):
                 peak_kb = float(line.split()[1])
     total = time.monotonic() - start
     if process.returncode != 0 or len(seen) < 3:
         raise RuntimeError(f"uat-train failed (exit {process.returncode}):\n{''.join(tail)}")
-    return seen["corpora"], seen["model"] - seen["corpora"], seen["first_batch"], peak_kb / 1024, total
+    throughput = (len(steps) - 1) / (steps[-1] - steps[0]) if len(steps) > 1 else float("nan")
+    return seen["corpora"], seen["model"] - seen["corpora"], seen["first_batch"], peak_kb / 1024, total, throughput
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--streaming", action="store_true", help="also a run with the training corpora streamed")
     parser.add_argument("--max-steps", type=int, default=5)
+    parser.add_argument("--model", default="tiny", help="the preset trained (tiny, small, ...)")
     parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a "
                         "temporary folder, removed at the end)")
     options = parser.parse_args(argv)
@@ -172,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
                 env = dict(os.environ, HF_DATASETS_CACHE=str(cache), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                            CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false")
                 config = folder / f"recipe-{workers}.yaml"
-                config.write_text(yaml.safe_dump(recipe(specs, folder / f"run-{workers}", options.max_steps)))
+                run_recipe = recipe(specs, folder / f"run-{workers}", options.max_steps, options.model)
+                config.write_text(yaml.safe_dump(run_recipe))
                 for run in ("first", "second (cached)"):
                     log = folder / f"uat-train-{workers}-{run.split()[0]}.log"
                     runs.append(Run(pairs, workers, run, *timed_run(config, workers, env, log), os.getloadavg()[0]))
@@ -181,8 +196,8 @@ def main(argv: list[str] | None = None) -> None:
                 env = dict(os.environ, HF_DATASETS_CACHE=str(folder / "hf-cache-streamed"), HF_HUB_OFFLINE="1",
                            HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false")
                 config = folder / "recipe-streamed.yaml"
-                streamed = {**recipe(specs, folder / "run-streamed", options.max_steps), "streaming": True,
-                            "dedupe": False, "tokenizer_max_sentences": STREAM_TOKENIZER_PAIRS}
+                streamed = {**recipe(specs, folder / "run-streamed", options.max_steps, options.model),
+                            "streaming": True, "dedupe": False, "tokenizer_max_sentences": STREAM_TOKENIZER_PAIRS}
                 config.write_text(yaml.safe_dump(streamed))
                 log = folder / "uat-train-streamed.log"
                 runs.append(Run(pairs, 1, "streamed", *timed_run(config, 1, env, log), os.getloadavg()[0]))
@@ -191,11 +206,11 @@ def main(argv: list[str] | None = None) -> None:
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     print(f"\n{'pairs':>9} {'workers':>7} {'run':<16} {'start-up s':>10} {'prep s':>7} {'1st batch s':>11} "
-          f"{'less start-up':>13} {'peak MB':>8} {'total s':>8} {'load':>5}")
+          f"{'less start-up':>13} {'peak MB':>8} {'total s':>8} {'steps/s':>8} {'load':>5}")
     for r in runs:
         print(f"{r.pairs:>9} {r.workers:>7} {r.run:<16} {r.startup:>10.1f} {r.preparation:>7.1f} "
               f"{r.first_batch:>11.1f} {r.first_batch - r.startup:>13.1f} {r.peak_mb:>8.0f} {r.total:>8.1f} "
-              f"{r.load:>5.1f}")
+              f"{r.steps_per_second:>8.2f} {r.load:>5.1f}")
     cached = [r for r in runs if r.run != "streamed"]
     if cached:
         print(f"cached_first_batch_seconds={cached[-1].first_batch:.1f}")

@@ -6,7 +6,15 @@ batches, first draw), the sampler's throughput in batches per second, and its sh
 
 Prints a table and, last, ``sampler_step_share_percent=<x>``.
 
+With ``--streams N [N ...]`` it measures :class:`~uat_hf.sampling.stream_batches.StreamBatchSampler` instead, over N
+streamed corpora of already tokenized examples (``Dataset.to_iterable_dataset`` of the same synthetic Arrow data, so
+that the stream's reading, not tokenization, is what is timed): the time to the first batch (each stream's first
+2,000 examples are packed at construction to size its batches, then the first buffer is read and packed), the
+batches and examples per second over ``--draws`` batches, and the sampler's share of a training step. Prints
+``stream_sampler_batches_per_second_<N>=<x>`` per N.
+
     python benchmarks/sampler_scale.py [--corpora 100] [--examples 10000000] [--max-tokens 4096]
+    python benchmarks/sampler_scale.py --streams 4 64 [--examples 1000000] [--draws 2000]
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import torch
 from datasets import Dataset, load_from_disk
 
 from uat_hf.sampling.sampler import CorpusBatchSampler
+from uat_hf.sampling.stream_batches import StreamBatchSampler
 from uat_hf.strategies.registry import build_distribution
 
 
@@ -63,18 +72,61 @@ def training_step_seconds(max_tokens: int, steps: int = 3) -> float:
     return float(np.median(times[1:]))
 
 
+def zipf_sizes(corpora: int, examples: int) -> np.ndarray:
+    """A few huge corpora and a long tail, like real multilingual data (at least 100 examples each)."""
+    weights = 1.0 / np.arange(1, corpora + 1)
+    return np.maximum((weights / weights.sum() * examples).astype(int), 100)
+
+
+def stream_sampler(corpora: int, examples: int, max_tokens: int, draws: int, step: float) -> dict[str, float]:
+    """One row of the streamed table: ``corpora`` streams over ``examples`` examples in all."""
+    rng = np.random.default_rng(0)
+    sizes = zipf_sizes(corpora, examples)
+    streams = {f"c{i}": synthetic_corpus(rng, int(size)).to_iterable_dataset() for i, size in enumerate(sizes)}
+    start = time.perf_counter()
+    distribution = build_distribution("temperature", {n: int(s) for n, s in zip(streams, sizes)})
+    sampler = StreamBatchSampler(streams, distribution, max_tokens=max_tokens, seed=0)
+    constructed = time.perf_counter() - start
+    iterator = iter(sampler)
+    next(iterator)
+    first_batch = time.perf_counter() - start
+    start, drawn = time.perf_counter(), 0
+    for _ in range(draws):
+        drawn += len(next(iterator))
+    seconds = time.perf_counter() - start
+    return {"corpora": corpora, "examples": int(sizes.sum()), "sizing": constructed, "first_batch": first_batch,
+            "batches_per_second": draws / seconds, "examples_per_second": drawn / seconds,
+            "step_share": 100.0 * seconds / draws / step}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpora", type=int, default=100)
-    parser.add_argument("--examples", type=int, default=10_000_000)
+    parser.add_argument("--examples", type=int, default=None, help="default: 10M (1M with --streams)")
     parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--draws", type=int, default=50_000)
+    parser.add_argument("--draws", type=int, default=None, help="default: 50,000 (2,000 with --streams)")
+    parser.add_argument("--streams", type=int, nargs="+", default=None,
+                        help="measure the streamed sampler over this many corpora instead")
     options = parser.parse_args()
+    if options.streams:
+        step = training_step_seconds(options.max_tokens)
+        rows = [stream_sampler(n, options.examples or 1_000_000, options.max_tokens, options.draws or 2_000, step)
+                for n in options.streams]
+        print(f"max_tokens {options.max_tokens}, buffer 10,000 examples per corpus; training step of the small "
+              f"preset {step:.3f} s")
+        print(f"{'streams':>7} {'examples':>10} {'sizing s':>9} {'1st batch s':>11} {'batches/s':>10} "
+              f"{'examples/s':>11} {'share of a step %':>17}")
+        for r in rows:
+            print(f"{r['corpora']:>7} {r['examples']:>10,} {r['sizing']:>9.2f} {r['first_batch']:>11.2f} "
+                  f"{r['batches_per_second']:>10.0f} {r['examples_per_second']:>11.0f} {r['step_share']:>17.3f}")
+        for r in rows:
+            print(f"stream_sampler_batches_per_second_{r['corpora']}={r['batches_per_second']:.0f}")
+        return
+    options.examples = options.examples or 10_000_000
+    options.draws = options.draws or 50_000
 
     rng = np.random.default_rng(0)
-    # Zipf-like sizes: a few huge corpora and a long tail, like real multilingual data.
-    weights = 1.0 / np.arange(1, options.corpora + 1)
-    sizes = np.maximum((weights / weights.sum() * options.examples).astype(int), 100)
+    sizes = zipf_sizes(options.corpora, options.examples)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         for i, size in enumerate(sizes):

@@ -97,6 +97,17 @@ def test_a_stream_reads_the_bundled_file_lazily_with_its_size_from_a_line_count(
     assert stream_size(spec) == 100 and sum(1 for _ in load_corpus_stream(spec)) == 100
 
 
+def test_a_line_count_is_read_again_when_the_file_changes(tmp_path):
+    """The count is kept for the run (a stream's size is asked for more than once), keyed by the file's version."""
+    path = tmp_path / "pairs.jsonl"
+    row = json.dumps({"translation": {"en": "a house", "de": "ein Haus"}})
+    path.write_text(f"{row}\n\n{row}\n")
+    spec = CorpusSpec("web", "en", "de", train=str(path))
+    assert stream_size(spec) == 2  # the blank line is not a pair
+    path.write_text(f"{row}\n" * 5)
+    assert stream_size(spec) == 5
+
+
 def test_moses_pairs_stream_line_by_line_with_their_size_from_a_line_count(tmp_path):
     (tmp_path / "EMEA.de-en.en").write_text("one\ntwo words\nthree\n")
     (tmp_path / "EMEA.de-en.de").write_text("eins\nzwei Worte\ndrei\n")

@@ -17,6 +17,7 @@ a Hub dataset streamed by the user has it too. Dev and test sets stay map-style:
 
 from __future__ import annotations
 
+import functools
 import gzip
 from collections.abc import Mapping
 from pathlib import Path
@@ -184,11 +185,20 @@ def _rows(file: Path, csv: Mapping | None) -> int | None:
         return pq.ParquetFile(file).metadata.num_rows
     if not file.is_file():
         return None
-    opener = gzip.open if file.suffix == ".gz" else open
-    with opener(file, "rb") as f:
-        lines = sum(1 for line in f if line.strip())
+    stat = file.stat()
+    lines = _nonblank_lines(str(file.resolve()), stat.st_size, stat.st_mtime_ns)
     header = csv is not None and csv.get("column_names") is None
     return lines - 1 if header else lines
+
+
+@functools.lru_cache(maxsize=256)
+def _nonblank_lines(path: str, size: int, mtime_ns: int) -> int:
+    """Non-blank lines of a text file, gzip or not; counted once per process for each version of the file (its size
+    and modification time are part of the key), since a run asks for a stream's size more than once and a line
+    count of 10M pairs takes seconds."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
 
 
 # --- cleaning and tokenization, lazily ---------------------------------------------------------------------
