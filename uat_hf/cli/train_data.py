@@ -280,7 +280,7 @@ def streams(spec: CorpusSpec, data_args: DataArguments) -> bool:
 def stream_train_splits(specs, streamed, train: Mapping, tokenizer, preprocessing, data_args, tag_of) -> dict:
     """The training corpora, in spec order, ``streamed`` ones as tokenized streams (:mod:`uat_hf.data.streams`);
     what a stream cannot do (a whole-corpus dedupe, carving) is refused naming the corpus."""
-    from ..data.streams import check_streamable, load_corpus_stream, prepare_stream, stream_size
+    from ..data.streams import check_streamable, load_corpus_stream, prepare_stream, streamed_size
 
     codes = (corpus_language_codes(streamed, data_args.language_tags, data_args.language_codes)
              if data_args.language_tags in CODE_SCHEMES else {})
@@ -290,10 +290,11 @@ def stream_train_splits(specs, streamed, train: Mapping, tokenizer, preprocessin
             check_streamable(spec, preprocessing)
         except ValueError as error:
             raise InputError(str(error)) from None
-        size = stream_size(spec)
+        pairs = load_corpus_stream(spec, cache_dir=data_args.dataset_cache_dir)
+        size = streamed_size(pairs)  # what load_corpus_stream read from the metadata
         say(f"{spec.name}: streaming its training pairs ({'size unknown' if size is None else f'{size} pairs'})")
         out[spec.name] = prepare_stream(
-            load_corpus_stream(spec, cache_dir=data_args.dataset_cache_dir), tokenizer, preprocessing,
+            pairs, tokenizer, preprocessing,
             max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
             target_tag=(tag_of or {}).get(spec.name), languages=codes.get(spec.name))
     return {spec.name: out[spec.name] for spec in specs if spec.name in out}
