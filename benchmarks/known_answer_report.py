@@ -1,6 +1,6 @@
 """The known-answer part of docs/results.md (issue 36): for the groups ``misaligned-A``, ``duplicated-A`` and the
 share sweep ``misaligned-Adev``, what each strategy scored over all the evaluation sets AND over the intact
-corpora, its paired difference from proportional over the seeds, where its p ended and how far from the oracle.
+corpora, its paired differences from proportional and from the oracle over the seeds, and where its p went.
 
 Why the intact corpora: in ``misaligned`` the broken corpus's own test set is clean, so the macro over all four
 rewards whatever learns software from the other domains; the known answer (give software's training data almost
@@ -71,7 +71,8 @@ def distance(p: dict[str, float], q: dict[str, float]) -> float:
 
 
 def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[str]) -> list[str]:
-    """The section's lines: what the known answer is, then one row per strategy (in ``strategies``' order)."""
+    """The section's lines: what the known answer is, one row per strategy (in ``strategies``' order) with its
+    scores and its paired differences from ``baseline`` and from the oracle, then where each strategy's p went."""
     setup = group.split("-")[0]
     broken, oracle = BROKEN_CORPUS[setup], fixed_prior(setup)
     corpora = sorted({c for r in runs for c in r.results["scores"]})
@@ -83,44 +84,71 @@ def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[s
     lines = [f"### Known answer ({setup})", "",
              f"{why}. Oracle (a fixed prior, cell `{setup}-A-oracle`): "
              f"{', '.join(f'{c} {p:g}' for c, p in oracle.items())}. Intact corpora: {', '.join(intact)}. Δ is the "
-             f"paired difference from {baseline} of the same seed in the macro BLEU over the intact corpora, with the "
-             "smallest Δ a two-sided paired t-test over the seeds detects (α = 0.05), and the share of the oracle's "
-             f"mean Δ over the same seeds it recovers; p is {broken}'s share of the mix after the first third of "
-             "training and at its end "
-             "(means over seeds), TV the final mix's total variation distance from the oracle.", "",
-             f"| strategy | seeds | BLEU, all | BLEU, intact | chrF, all | chrF, intact | Δ intact BLEU | smallest "
-             f"detectable | verdict | of oracle's Δ | p {broken} at ⅓ | p {broken} at end | TV to oracle |",
+             f"paired difference from {baseline} (or from the oracle) of the same seed in the macro BLEU over the "
+             "intact corpora, with the smallest Δ a two-sided paired t-test over the seeds detects (α = 0.05); "
+             "\"of oracle's Δ\" is the share of the oracle's mean Δ over the same seeds that a strategy recovers.",
+             "", "| strategy | seeds | BLEU, all | BLEU, intact | chrF, all | chrF, intact | Δ intact BLEU | smallest "
+             "detectable | verdict | of oracle's Δ | Δ from the oracle | smallest detectable | verdict |",
              "|---" * 13 + "|"]
     base = {r.seed: macro(r, intact, "bleu") for r in runs if r.strategy == baseline}
-    oracle_deltas = {r.seed: macro(r, intact, "bleu") - base[r.seed] for r in runs
-                     if r.strategy == "oracle" and r.seed in base}
-    best, best_score = None, None
+    at_oracle = {r.seed: macro(r, intact, "bleu") for r in runs if r.strategy == "oracle"}
+    best, best_score, moves = None, None, []
     for strategy in strategies:
         mine = sorted((r for r in runs if r.strategy == strategy), key=lambda r: r.seed)
         scores = [macro(r, intact, "bleu") for r in mine]
         deltas = [score - base[r.seed] for r, score in zip(mine, scores) if r.seed in base]
         verdict, mean_delta, smallest = _verdict(deltas) if strategy != baseline else ("(baseline)", None, None)
-        mixes = [p for p in map(final_p, mine) if p is not None]
-        share = statistics.mean(p[broken] for p in mixes) if mixes else None
-        thirds = [p[broken] for p in (p_at(r, 1 / 3) for r in mine) if p is not None]
-        tv = statistics.mean(distance(p, oracle) for p in mixes) if mixes else None
+        from_oracle = [score - at_oracle[r.seed] for r, score in zip(mine, scores) if r.seed in at_oracle]
+        o_verdict, o_delta, o_smallest = _verdict(from_oracle) if strategy != "oracle" else ("–", None, None)
         # the oracle's gain over the same seeds, so that a strategy with fewer seeds is not compared with others
-        paired = [(score - base[r.seed], oracle_deltas[r.seed]) for r, score in zip(mine, scores)
-                  if r.seed in base and r.seed in oracle_deltas]
+        paired = [(score - base[r.seed], at_oracle[r.seed] - base[r.seed]) for r, score in zip(mine, scores)
+                  if r.seed in base and r.seed in at_oracle]
         oracle_gain = statistics.mean(o for _, o in paired) if paired else None
         recovered = (statistics.mean(d for d, _ in paired) / oracle_gain
                      if oracle_gain and strategy not in ("oracle", baseline) else None)
         lines.append(f"| {strategy} | {len(mine)} | {mean_sd([r.results['mean']['bleu'] for r in mine])} | "
                      f"{mean_sd(scores)} | {mean_sd([r.results['mean']['chrf'] for r in mine])} | "
                      f"{mean_sd([macro(r, intact, 'chrf') for r in mine])} | {num(mean_delta, '+.2f')} | "
-                     f"{num(smallest)} | {verdict} | {num(recovered, '.0%')} | "
-                     f"{num(statistics.mean(thirds) if thirds else None, '.3f')} | {num(share, '.3f')} | "
-                     f"{num(tv, '.3f')} |")
+                     f"{num(smallest)} | {verdict} | {num(recovered, '.0%')} | {num(o_delta, '+.2f')} | "
+                     f"{num(o_smallest)} | {o_verdict} |")
+        moves.append(_p_row(strategy, mine, broken, oracle))
         if scores and (best_score is None or statistics.mean(scores) > best_score):
             best, best_score = strategy, statistics.mean(scores)
     if best is not None:
         lines += ["", f"Highest mean BLEU over the intact corpora: {best} ({best_score:.2f})."]
-    return lines + [""]
+    return lines + ["", f"Where p went (means over seeds): {broken}'s share in the prior, after the first update, "
+                    "after a third and half of training and at the end; the largest total variation distance of p "
+                    "from its prior at any update of the run (the share of the examples p moved); the final p's "
+                    "distance from the oracle.", "",
+                    f"| strategy | seeds | p {broken}: prior | first update | at ⅓ | at ½ | at end | largest TV from "
+                    "the prior | TV to oracle |", "|---" * 9 + "|", *moves, ""]
+
+
+def _p_row(strategy: str, runs: list, broken: str, oracle: dict[str, float]) -> str:
+    """One row of the table of where p went."""
+    def mean_of(values: list) -> float | None:
+        values = [v for v in values if v is not None]
+        return statistics.mean(values) if values else None
+
+    mixes = [_mixes(r) for r in runs]
+    share = [[p[broken] for p in mix] if mix else [] for mix in mixes]
+    ends = [p for p in map(final_p, runs) if p is not None]
+    cells = [mean_of([s[0] if s else None for s in share]), mean_of([s[1] if len(s) > 1 else None for s in share]),
+             *(mean_of([p[broken] if p else None for p in (p_at(r, f) for r in runs)]) for f in (1 / 3, 1 / 2)),
+             mean_of([p[broken] for p in ends]),
+             mean_of([max(distance(p, mix[0]) for p in mix) if mix else None for mix in mixes]),
+             mean_of([distance(p, oracle) for p in ends])]
+    return f"| {strategy} | {len(runs)} | " + " | ".join(num(c, ".3f") for c in cells) + " |"
+
+
+def _mixes(run) -> list[dict[str, float]]:
+    """The prior, then p after each update of a run (only the prior, or nothing, for a static run)."""
+    if not run.history.is_file():
+        p = final_p(run)
+        return [p] if p is not None else []
+    history = load_history(run.history)
+    first = history[0].get("prior", history[0]["probabilities"])
+    return [first] + [r["probabilities"] for r in history if r["step"] > 0]
 
 
 def _verdict(deltas: list[float]) -> tuple[str, float | None, float | None]:

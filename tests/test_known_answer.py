@@ -213,13 +213,19 @@ def test_report_scores_the_intact_corpora_against_proportional_and_names_the_ora
     assert "Intact corpora: bible, descriptions, dictionary." in lines and "software 0.01" in lines
     # proportional: all four (22 + seed) / 4 = 6.00 ± 0.25, intact (13 + seed) / 3 = 5.00 ± 0.33; the oracle gains
     # 0.9, 1.0, 1.1 on the intact mean (sd 0.1: detectable 4.303 · 0.1 / √3 = 0.25) and loses 6 on software
-    tv = sum(abs(p - recipes.fixed_prior("misaligned")[c]) for c, p in _proportional().items()) / 2
     assert "| proportional | 3 | 6.00 ± 0.25 | 5.00 ± 0.33 | 18.00 ± 0.75 | 15.00 ± 1.00 | – | – | (baseline) | – | " \
-           f"0.415 | 0.415 | {tv:.3f} |" in lines and tv > 0.4
+           "-1.00 | 0.25 | below |" in lines
     assert "| oracle | 3 | 5.25 ± 0.33 | 6.00 ± 0.43 |" in lines
-    assert "| +1.00 | 0.25 | above | – | 0.010 | 0.010 | 0.000 |" in lines
-    # half the oracle's gain; p after a third of the 1,950 steps is the record at step 650, at the end step 1300's
-    assert "| +0.50 | 0.12 | above | 50% | 0.100 | 0.050 |" in lines
+    assert "| +1.00 | 0.25 | above | – | – | – | – |" in lines
+    # half the oracle's gain, so half of it short of the oracle (Δ -0.45, -0.5, -0.55: detectable 0.12)
+    assert "| +0.50 | 0.12 | above | 50% | -0.50 | 0.12 | below |" in lines
+    # where p went: proportional and the oracle stay at their priors; MultiUAT's first update (step 600) gives
+    # software 0.5, the record in force after a third of the 1,950 steps is step 650's, at half too, at the end 1,300's
+    tv = sum(abs(p - recipes.fixed_prior("misaligned")[c]) for c, p in _proportional().items()) / 2
+    assert f"| proportional | 3 | 0.415 | – | 0.415 | 0.415 | 0.415 | 0.000 | {tv:.3f} |" in lines and tv > 0.4
+    assert "| oracle | 3 | 0.010 | – | 0.010 | 0.010 | 0.010 | 0.000 | 0.000 |" in lines
+    moved = abs(0.05 - _proportional()["software"]) / 2  # TV: half the summed change, here software's alone
+    assert f"| multiuat-enteos | 3 | 0.415 | 0.500 | 0.100 | 0.100 | 0.050 | {moved:.3f} | " in lines
     assert "Highest mean BLEU over the intact corpora: oracle (6.00)." in lines
 
 
