@@ -131,14 +131,22 @@ def _p_row(strategy: str, runs: list, broken: str, oracle: dict[str, float]) -> 
         return statistics.mean(values) if values else None
 
     mixes = [_mixes(r) for r in runs]
-    share = [[p[broken] for p in mix] if mix else [] for mix in mixes]
     ends = [p for p in map(final_p, runs) if p is not None]
-    cells = [mean_of([s[0] if s else None for s in share]), mean_of([s[1] if len(s) > 1 else None for s in share]),
+    cells = [mean_of([mix[0][broken] if mix else None for mix in mixes]),
+             mean_of([_first_update(r, broken) for r in runs]),
              *(mean_of([p[broken] if p else None for p in (p_at(r, f) for r in runs)]) for f in (1 / 3, 1 / 2)),
              mean_of([p[broken] for p in ends]),
              mean_of([max(distance(p, mix[0]) for p in mix) if mix else None for mix in mixes]),
              mean_of([distance(p, oracle) for p in ends])]
     return f"| {strategy} | {len(runs)} | " + " | ".join(num(c, ".3f") for c in cells) + " |"
+
+
+def _first_update(run, broken: str) -> float | None:
+    """``broken``'s share after the strategy's first update (a set-aside by the health check is not one)."""
+    if not run.history.is_file():
+        return None
+    updates = [r for r in load_history(run.history) if r["step"] > 0 and "set_aside" not in r]
+    return updates[0]["probabilities"][broken] if updates else None
 
 
 def _mixes(run) -> list[dict[str, float]]:

@@ -208,8 +208,14 @@ def test_report_scores_the_intact_corpora_against_proportional_and_names_the_ora
                    {"step": 650, "probabilities": {**_proportional(), "software": 0.1}},
                    {"step": 1300, "probabilities": {**_proportional(), "software": 0.05}}]
         runs[-1].history.write_text("".join(json.dumps(r) + "\n" for r in records))
+        guarded = _run(tmp_path, "proportional-setaside", seed, base,
+                       {"strategy": "proportional", "max_steps": 1950})
+        aside = {**_proportional(), "software": 0.01}  # the health check's set-aside at step 600: not an update
+        guarded.history.write_text(json.dumps({"step": 0, "prior": _proportional(), "probabilities": _proportional()})
+                                   + "\n" + json.dumps({"step": 600, "probabilities": aside, "set_aside": {}}) + "\n")
+        runs.append(guarded)
     lines = "\n".join(report.known_answer_lines("misaligned-A", runs, "proportional",
-                                                ["proportional", "oracle", "multiuat-enteos"]))
+                                                ["proportional", "oracle", "multiuat-enteos", "proportional-setaside"]))
     assert "Intact corpora: bible, descriptions, dictionary." in lines and "software 0.01" in lines
     # proportional: all four (22 + seed) / 4 = 6.00 ± 0.25, intact (13 + seed) / 3 = 5.00 ± 0.33; the oracle gains
     # 0.9, 1.0, 1.1 on the intact mean (sd 0.1: detectable 4.303 · 0.1 / √3 = 0.25) and loses 6 on software
@@ -226,6 +232,8 @@ def test_report_scores_the_intact_corpora_against_proportional_and_names_the_ora
     assert "| oracle | 3 | 0.010 | – | 0.010 | 0.010 | 0.010 | 0.000 | 0.000 |" in lines
     moved = abs(0.05 - _proportional()["software"]) / 2  # TV: half the summed change, here software's alone
     assert f"| multiuat-enteos | 3 | 0.415 | 0.500 | 0.100 | 0.100 | 0.050 | {moved:.3f} | " in lines
+    aside_tv = abs(0.01 - _proportional()["software"]) / 2
+    assert f"| proportional-setaside | 3 | 0.415 | – | 0.010 | 0.010 | 0.010 | {aside_tv:.3f} | " in lines
     assert "Highest mean BLEU over the intact corpora: oracle (6.00)." in lines
 
 
