@@ -214,8 +214,8 @@ def test_report_scores_the_intact_corpora_against_proportional_and_names_the_ora
         guarded.history.write_text(json.dumps({"step": 0, "prior": _proportional(), "probabilities": _proportional()})
                                    + "\n" + json.dumps({"step": 600, "probabilities": aside, "set_aside": {}}) + "\n")
         runs.append(guarded)
-    lines = "\n".join(report.known_answer_lines("misaligned-A", runs, "proportional",
-                                                ["proportional", "oracle", "multiuat-enteos", "proportional-setaside"]))
+    strategies = ["proportional", "oracle", "multiuat-enteos", "proportional-setaside"]
+    lines = "\n".join(report.known_answer_lines("misaligned-A", runs, "proportional", strategies))
     assert "Intact corpora: bible, descriptions, dictionary." in lines and "software 0.01" in lines
     # proportional: all four (22 + seed) / 4 = 6.00 ± 0.25, intact (13 + seed) / 3 = 5.00 ± 0.33; the oracle gains
     # 0.9, 1.0, 1.1 on the intact mean (sd 0.1: detectable 4.303 · 0.1 / √3 = 0.25) and loses 6 on software
