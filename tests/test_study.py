@@ -339,10 +339,10 @@ def test_study_recipes_are_current_and_parse():
     folder = Path(study_recipes.RECIPES)
     on_disk = {path.name: path.read_text() for path in folder.glob("*.yaml")}
     assert on_disk == study_recipes.all_recipes(), "run python benchmarks/study_recipes.py"
-    # 4 grids × 8 strategies (mixing-law included); 2 known-answer setups × 7 strategies, 3 guarded misaligned cells
+    # 4 grids × 8 strategies (mixing-law included); 2 known-answer setups × 7 strategies, 4 guarded misaligned cells
     # and the 4-prior share sweep
-    assert len(on_disk) == 32 + 14 + 3 + 4
-    assert len(study_recipes.known_answer_cells()) == 21
+    assert len(on_disk) == 32 + 14 + 4 + 4
+    assert len(study_recipes.known_answer_cells()) == 22
     for setup, regime in study_recipes.REGIMES:
         assert 0.9 <= study_recipes.drift(setup, regime)["ratio"] <= 1.1  # DESIGN.md: travel ~ log-size spread
         assert study_recipes.drift(setup, regime)["updates"] >= 10
