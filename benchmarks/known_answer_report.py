@@ -36,11 +36,20 @@ def macro(run, corpora: list[str], metric: str) -> float:
     return statistics.mean(run.results["scores"][corpus][metric] for corpus in corpora)
 
 
-def final_p(run) -> dict[str, float] | None:
+def _history(run) -> list[dict] | None:
+    """The records of a run's balancing history, or None for a static run archived without one."""
+    return load_history(run.history) if run.history.is_file() else None
+
+
+def _prior(history: list[dict]) -> dict[str, float]:
+    return history[0].get("prior", history[0]["probabilities"])
+
+
+def final_p(run, history: list[dict] | None) -> dict[str, float] | None:
     """p at the end of a run: the last balancing update of a dynamic strategy, else the static prior of its recipe
     (a fixed prior's corpus_probabilities, or the temperature prior over the training sizes of its train.log)."""
-    if run.history.is_file():
-        return load_history(run.history)[-1]["probabilities"]
+    if history is not None:
+        return history[-1]["probabilities"]
     strategy = run.recipe.get("strategy")
     if strategy == "fixed":
         return run.recipe.get("corpus_probabilities") or fixed_prior(run.group.split("-")[0], _share(run.strategy))
@@ -51,14 +60,13 @@ def final_p(run) -> dict[str, float] | None:
     return None
 
 
-def p_at(run, fraction: float) -> dict[str, float] | None:
+def p_at(run, history: list[dict] | None, fraction: float) -> dict[str, float] | None:
     """p in force after ``fraction`` of the run's steps: the last record at or before that step (its prior before
     the first), or the final p of a run without a history."""
-    if not run.history.is_file():
-        return final_p(run)
-    history, step = load_history(run.history), fraction * run.recipe["max_steps"]
-    before = [record for record in history if record["step"] <= step]
-    return before[-1]["probabilities"] if before else history[0].get("prior", history[0]["probabilities"])
+    if history is None:
+        return final_p(run, history)
+    before = [record for record in history if record["step"] <= fraction * run.recipe["max_steps"]]
+    return before[-1]["probabilities"] if before else _prior(history)
 
 
 def _share(strategy: str) -> float | None:
@@ -130,33 +138,31 @@ def _p_row(strategy: str, runs: list, broken: str, oracle: dict[str, float]) -> 
         values = [v for v in values if v is not None]
         return statistics.mean(values) if values else None
 
-    mixes = [_mixes(r) for r in runs]
-    ends = [p for p in map(final_p, runs) if p is not None]
+    histories = [_history(r) for r in runs]
+    mixes = [_mixes(r, h) for r, h in zip(runs, histories)]
+    ends = [p for p in map(final_p, runs, histories) if p is not None]
     cells = [mean_of([mix[0][broken] if mix else None for mix in mixes]),
-             mean_of([_first_update(r, broken) for r in runs]),
-             *(mean_of([p[broken] if p else None for p in (p_at(r, f) for r in runs)]) for f in (1 / 3, 1 / 2)),
+             mean_of([_first_update(h, broken) for h in histories]),
+             *(mean_of([p[broken] if p else None for p in (p_at(r, h, f) for r, h in zip(runs, histories))])
+               for f in (1 / 3, 1 / 2)),
              mean_of([p[broken] for p in ends]),
              mean_of([max(distance(p, mix[0]) for p in mix) if mix else None for mix in mixes]),
              mean_of([distance(p, oracle) for p in ends])]
     return f"| {strategy} | {len(runs)} | " + " | ".join(num(c, ".3f") for c in cells) + " |"
 
 
-def _first_update(run, broken: str) -> float | None:
+def _first_update(history: list[dict] | None, broken: str) -> float | None:
     """``broken``'s share after the strategy's first update (a set-aside by the health check is not one)."""
-    if not run.history.is_file():
-        return None
-    updates = [r for r in load_history(run.history) if r["step"] > 0 and "set_aside" not in r]
+    updates = [r for r in history or [] if r["step"] > 0 and "set_aside" not in r]
     return updates[0]["probabilities"][broken] if updates else None
 
 
-def _mixes(run) -> list[dict[str, float]]:
+def _mixes(run, history: list[dict] | None) -> list[dict[str, float]]:
     """The prior, then p after each update of a run (only the prior, or nothing, for a static run)."""
-    if not run.history.is_file():
-        p = final_p(run)
+    if history is None:
+        p = final_p(run, history)
         return [p] if p is not None else []
-    history = load_history(run.history)
-    first = history[0].get("prior", history[0]["probabilities"])
-    return [first] + [r["probabilities"] for r in history if r["step"] > 0]
+    return [_prior(history)] + [r["probabilities"] for r in history if r["step"] > 0]
 
 
 def _verdict(deltas: list[float]) -> tuple[str, float | None, float | None]:
