@@ -164,20 +164,30 @@ def corpus_of(sampler, index: int) -> str:
     return sampler.names[int(np.searchsorted(sampler.offsets, index, side="right")) - 1]
 
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+REPOSITORY = Path(__file__).resolve().parent.parent
 
 
-def load_benchmark(name: str):
-    """A script of benchmarks/ (not a package) as a module; the folder is on sys.path while it loads, as when the
+def _load_script(folder: Path, name: str, prefix: str):
+    """A script of ``folder`` (not a package) as a module; the folder is on sys.path while it loads, as when the
     script runs, so that it can import its siblings (profile_update imports training_overhead)."""
     import importlib.util
 
-    sys.path.insert(0, str(BENCHMARKS))
+    sys.path.insert(0, str(folder))
     try:
-        spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"{prefix}_{name}", folder / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        sys.path.remove(str(folder))
     return module
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module."""
+    return _load_script(REPOSITORY / "benchmarks", name, "benchmark")
+
+
+def load_study(name: str):
+    """A script of study/ (the study beside the package) as a module."""
+    return _load_script(REPOSITORY / "study", name, "study")

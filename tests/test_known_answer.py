@@ -1,4 +1,4 @@
-"""The known-answer corpora and cells of the study (issue 36): ``benchmarks/known_answer_data.py`` builds them
+"""The known-answer corpora and cells of the study (issue 36): ``study/known_answer_data.py`` builds them
 from the bundled sample (never ../shared), checked here with the library's own reading and cleaning; the
 recipes, the driver's seeds and baseline, and the report's known-answer table. Nothing trains."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import load_benchmark
+from conftest import load_study
 from uat_hf.data.corpora import corpus_specs_from_directory, load_corpus_split
 from uat_hf.data.preprocessing import preprocess
 
-known = load_benchmark("known_answer_data")
-recipes = load_benchmark("study_recipes")
-report = load_benchmark("study_report")
-driver = load_benchmark("study")
+known = load_study("known_answer_data")
+recipes = load_study("grid")
+report = load_study("report")
+driver = load_study("run")
 SIZES = recipes.MULTIDOMAIN_SIZES
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import load_benchmark
+from conftest import load_study
 from uat_hf.cli import train as cli
 from uat_hf.cli.arguments import DataArguments
 from uat_hf.cli.train_data import keep_fraction
@@ -132,8 +132,8 @@ def _scores(metrics: dict) -> dict:
 
 # ----------------------------------------------------------------------------------- the driver and the report
 
-study_driver, study_report = load_benchmark("study"), load_benchmark("study_report")
-study_recipes = load_benchmark("study_recipes")
+study_driver, study_report = load_study("run"), load_study("report")
+study_recipes = load_study("grid")
 GRID = ("proportional", "uniform", "multiuat-entsent")  # two static priors and a dynamic strategy
 
 
@@ -321,7 +321,7 @@ def test_driver_and_report_on_real_three_step_runs(tmp_path):
     assert (tmp_path / "figures" / "tiny-A-multiuat-entsent_p.png").is_file()
     assert "(figures/tiny-A-multiuat-entsent_p.png)" in text
     # paired_runs re-tests the archived hypotheses and finds what uat-evaluate --compare found
-    paired_runs = load_benchmark("paired_runs")
+    paired_runs = load_study("paired_runs")
     compared = paired_runs.compare(tmp_path / "archive" / "tiny-A-multiuat-entsent",
                                    tmp_path / "archive" / "tiny-A-proportional", seed=1)
     for corpus, test in results["significance"]["corpora"].items():
@@ -338,7 +338,7 @@ def test_study_recipes_are_current_and_parse():
 
     folder = Path(study_recipes.RECIPES)
     on_disk = {path.name: path.read_text() for path in folder.glob("*.yaml")}
-    assert on_disk == study_recipes.all_recipes(), "run python benchmarks/study_recipes.py"
+    assert on_disk == study_recipes.all_recipes(), "run python study/grid.py"
     # 4 grids × 8 strategies (mixing-law included); 2 known-answer setups × 7 strategies, 4 guarded misaligned cells
     # and the 4-prior share sweep
     assert len(on_disk) == 32 + 14 + 4 + 4
@@ -362,3 +362,38 @@ def test_study_recipes_are_current_and_parse():
     assert (training.mixing_law_sweeps, training.dev_batch_tokens, training.update_every) == (1, 256, 150)
     training, *_ = cli.parse_arguments(["--config", str(folder / "multidomain-B-mixing-law.yaml")])
     assert (training.mixing_law_sweeps, training.dev_batch_tokens) == (None, 512)  # its archive's: the defaults
+
+
+def test_the_archive_packs_deterministically_one_group_at_a_time_and_unpacks_what_changed(tmp_path):
+    archive = load_study("archive")
+    root = tmp_path / "archive" / archive.UNPACKED
+    for cell, seed, bleu in (("tiny-A-proportional", 1, 5.0), ("tiny-A-uniform", 1, 4.0), ("other-B-uniform", 2, 3.0)):
+        run = root / archive.STUDY / cell / f"seed{seed}"
+        (run / "hypotheses").mkdir(parents=True)
+        (run / "hypotheses" / "bible.txt.gz").write_bytes(b"x")
+        (run / "run.json").write_text(json.dumps({"cell": cell, "seed": seed, "strategy": cell.split("-", 2)[2]}))
+        (run / "results.json").write_text(json.dumps({"scores": {"bible": {"bleu": bleu}}, "mean": {"bleu": bleu}}))
+    written = archive.pack(tmp_path / "archive")
+    assert sorted(p.name for p in written) == ["study-other-B.tar.gz", "study-tiny-A.tar.gz"]
+    first = {p.name: p.read_bytes() for p in written}
+    lines = [json.loads(line) for line in (tmp_path / "archive" / "runs.jsonl").read_text().splitlines()]
+    assert [(r["cell"], r["seed"], r["mean"]["bleu"]) for r in lines] == [
+        ("other-B-uniform", 2, 3.0), ("tiny-A-proportional", 1, 5.0), ("tiny-A-uniform", 1, 4.0)]
+    # Packing again gives the same bytes; a change to one cell rewrites only its group's pack.
+    assert {p.name: p.read_bytes() for p in archive.pack(tmp_path / "archive")} == first
+    (root / archive.STUDY / "tiny-A-uniform" / "seed1" / "results.json").write_text('{"scores": {}, "mean": {}}')
+    assert archive.pack(tmp_path / "archive", cells=["tiny-A-uniform"])[0].read_bytes() != first["study-tiny-A.tar.gz"]
+    assert [p.name for p in archive.pack(tmp_path / "archive", cells=["tiny-A-uniform"])] == ["study-tiny-A.tar.gz"]
+    assert (tmp_path / "archive" / "study-other-B.tar.gz").read_bytes() == first["study-other-B.tar.gz"]
+    # A fresh clone has the packs only: unpacking restores every run folder, byte for byte.
+    import shutil
+
+    shutil.rmtree(root)
+    unpacked = archive.unpacked(tmp_path / "archive")
+    assert json.loads((unpacked / "study/tiny-A-uniform/seed1/results.json").read_text()) == {"scores": {}, "mean": {}}
+    assert (unpacked / "study/other-B-uniform/seed2/hypotheses/bible.txt.gz").read_bytes() == b"x"
+    # A pack that changed (a run added elsewhere) replaces its folders when next unpacked; stale files go.
+    (unpacked / "study/other-B-uniform/seed2/stale.txt").write_text("left over")
+    (unpacked / ".stamps" / "study-other-B.tar.gz.sha256").write_text("another pack's digest")
+    archive.unpacked(tmp_path / "archive")
+    assert not (unpacked / "study/other-B-uniform/seed2/stale.txt").exists()
