@@ -26,6 +26,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # noise, when imported from elsewhere
+import noise  # noqa: E402
+
 RECIPES = Path(__file__).resolve().parent / "recipes"
 #: The MultiUAT measures the study compares (one cell each, spelled multiuat-<measure>).
 MULTIUAT_MEASURES = ("enteos", "exptp", "entsent")
@@ -161,6 +164,30 @@ KNOWN_ANSWER: dict[str, dict] = {
         "sizes": {**MULTIDOMAIN_SIZES, "dictionary": 6 * MULTIDOMAIN_SIZES["dictionary"]},
     },
 }
+#: The noise cells (issue 45): one corpus broken by a common kind of noise (study/noise.py). Training pairs after
+#: each cell's cleaning (construction.json; a test checks them).
+NOISE_SIZES: dict[str, dict[str, int]] = {
+    "misordered": {"bible": 8867, "descriptions": 11025, "dictionary": 4527, "software": 17337},
+    "neardup": {"bible": 8867, "descriptions": 11025, "dictionary": 23495, "software": 17337},
+    "partial20": {"bible": 8867, "descriptions": 11025, "dictionary": 4527, "software": 17335},
+    "partial50": {"bible": 8867, "descriptions": 11025, "dictionary": 4527, "software": 17333},
+    "short": {"bible": 8867, "descriptions": 11025, "dictionary": 4527, "software": 13544},
+    "untranslated": {"bible": 8867, "descriptions": 11025, "dictionary": 4527, "software": 17220},
+    "wronglang": {"bible": 8867, "descriptions": 9196, "dictionary": 4527, "software": 17337},
+}
+for _setup, (_kind, _transform) in noise.KINDS.items():
+    BROKEN_CORPUS[_setup] = _kind.corpus
+    KNOWN_ANSWER[_setup] = {
+        "about": f"noise cell (issue 45), {_setup}: the bundled sample in which {_kind.corpus}: {_kind.about} "
+                 f"(study/noise.py, seed 36). Dev and test sets are the bundled ones. The answer (the best static "
+                 f"share of {_kind.corpus}) is found by the share sweep on the dev sets.",
+        "fields": {"corpus_dir": f"{KNOWN_ANSWER_DIR}/{_setup}", **({} if _kind.dedupe else {"dedupe": False})},
+        "sizes": NOISE_SIZES.get(_setup, MULTIDOMAIN_SIZES),
+    }
+#: The oracle of a noise cell: the share of its broken corpus that won the share sweep on the dev sets (None:
+#: proportional won, the corpus is kept as it is). A cell has no oracle before its sweep has run.
+NOISE_ORACLE_SHARES: dict[str, float | None] = {}
+NOISE_STRATEGIES = ("proportional",)
 KNOWN_STRATEGIES = ("proportional", "temperature", "uniform", "oracle", "multiuat-enteos", "multidds-s",
                     "mixing-law")
 #: The oracle's share of the misaligned corpus: small, not 0, so that the prior stays a valid scorer start too.
@@ -186,9 +213,13 @@ def base_strategy(strategy: str) -> str:
 
 def known_answer_cells() -> list[tuple[str, str, str]]:
     """(setup, regime, strategy) of every known-answer cell and of the share sweep."""
-    return ([(setup, "A", strategy) for setup in KNOWN_ANSWER for strategy in KNOWN_STRATEGIES]
+    first = [setup for setup in KNOWN_ANSWER if setup not in noise.KINDS]
+    return ([(setup, "A", strategy) for setup in first for strategy in KNOWN_STRATEGIES]
             + [("misaligned", "A", strategy + GUARD_SUFFIX) for strategy in GUARDED_STRATEGIES]
-            + [("misaligned", SWEEP_REGIME, strategy) for strategy in SWEEP_STRATEGIES])
+            + [("misaligned", SWEEP_REGIME, strategy) for strategy in SWEEP_STRATEGIES]
+            + [(setup, "A", strategy) for setup in noise.KINDS
+               for strategy in NOISE_STRATEGIES + (("oracle",) if setup in NOISE_ORACLE_SHARES else ())]
+            + [(setup, SWEEP_REGIME, strategy) for setup in noise.KINDS for strategy in SWEEP_STRATEGIES])
 
 
 def settings(setup: str, regime: str) -> dict:
@@ -212,8 +243,10 @@ def fixed_prior(setup: str, share: float | None = None) -> dict[str, float]:
     broken = BROKEN_CORPUS[setup]
     if setup == "duplicated":
         weights = {corpus: float(size) for corpus, size in MULTIDOMAIN_SIZES.items()}
+    elif setup in noise.KINDS and share is None and NOISE_ORACLE_SHARES[setup] is None:
+        weights = {corpus: float(size) for corpus, size in KNOWN_ANSWER[setup]["sizes"].items()}
     else:
-        share = ORACLE_SHARE if share is None else share
+        share = (NOISE_ORACLE_SHARES[setup] if setup in noise.KINDS else ORACLE_SHARE) if share is None else share
         others = {corpus: size for corpus, size in KNOWN_ANSWER[setup]["sizes"].items() if corpus != broken}
         weights = {**{c: (1 - share) * n / sum(others.values()) for c, n in others.items()}, broken: share}
     total = sum(weights.values())
@@ -231,6 +264,8 @@ def default_seeds(cell: str) -> tuple[int, ...]:
         return (1, 2, 3)
     if regime == SWEEP_REGIME:
         return (SWEEP_SEED,)
+    if setup in noise.KINDS:
+        return FEWER_SEEDS
     return FEWER_SEEDS if strategy in ("temperature", "uniform") else KNOWN_SEEDS
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gzip
 import hashlib
 import json
@@ -40,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # grid, when imported from elsewhere
 import grid  # noqa: E402
+import noise  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "uat_hf" / "bundled" / "multidomain-en-de"
@@ -257,7 +259,42 @@ def build_duplicated(folder: Path, seed: int) -> dict:
     }
 
 
-BUILDERS = {"misaligned": build_misaligned, "duplicated": build_duplicated}
+#: Where the wrong-language kind finds its translations: the multi-way parallel Debian descriptions (the bundled
+#: descriptions corpus is a sample of their English-German side). Only the study reads ../shared.
+OTHER_LANGUAGE, OTHER_LANGUAGE_FILE = "it", ROOT.parent / "shared" / "corpora" / "multilingual-ddtp" / "it.train.jsonl.gz"
+
+
+def build_noise(folder: Path, seed: int, setup: str) -> dict:
+    """One corpus of the bundled sample broken by a kind of :mod:`noise` (the rows regime A's cleaning keeps, in
+    file order); the others and every dev and test set byte for byte."""
+    kind, transform = noise.KINDS[setup]
+    raw_sources, raw_targets = read_pairs(BUNDLED / f"{kind.corpus}.train.jsonl.gz")
+    rows = kept_rows(raw_sources, raw_targets, recipe_preprocessing(), kind.corpus)
+    sources, targets = [raw_sources[k] for k in rows], [raw_targets[k] for k in rows]
+    extra = {}
+    if transform is noise.wrong_language:
+        with gzip.open(OTHER_LANGUAGE_FILE, "rt", encoding="utf-8") as lines:
+            extra["other"] = {row["en"]: row[OTHER_LANGUAGE] for row in (json.loads(line)["translation"]
+                                                                       for line in lines if line.strip())}
+    if hasattr(transform, "share"):
+        extra["derange"] = derange
+    noisy_sources, noisy_targets = transform(sources, targets, np.random.default_rng(seed), **extra)
+    _copy_unchanged(folder, f"{kind.corpus}.train.jsonl.gz")
+    write_jsonl_gz(folder / f"{kind.corpus}.train.jsonl.gz", noisy_sources, noisy_targets)
+    sizes = train_sizes(folder, recipe_preprocessing(setup))
+    changed = sum(s != s0 or t != t0 for s, t, s0, t0 in zip(noisy_sources, noisy_targets, sources, targets))
+    return {
+        "setup": setup, "seed": seed, "changed": f"{kind.corpus}.train.jsonl.gz",
+        "what": f"{kind.corpus}: {kind.about} (study/noise.py, {transform.__name__}), from the {len(rows)} training "
+                "pairs regime A's cleaning keeps. The other corpora and all dev and test sets are the bundled files, "
+                "byte for byte.",
+        "clean_pairs": len(rows), "noisy_pairs": len(noisy_sources), "pairs_changed_in_place": changed,
+        "train_pairs_after_cleaning": sizes, "proportional_shares": shares(sizes),
+    }
+
+
+BUILDERS = {"misaligned": build_misaligned, "duplicated": build_duplicated,
+            **{setup: functools.partial(build_noise, setup=setup) for setup in noise.KINDS}}
 
 
 def build(out: Path = OUT, seed: int = SEED, setups: tuple[str, ...] = tuple(BUILDERS)) -> dict[str, dict]:
@@ -301,7 +338,10 @@ def readme(record: dict) -> str:
              f"rebuild with `{record['rebuild']}`.", "", record["what"], "",
              f"Seed {record['seed']}. Training pairs after the recipes' cleaning: {sizes}; proportional shares "
              f"{record['proportional_shares']}."]
-    if record["setup"] == "misaligned":
+    if record["setup"] in noise.KINDS:
+        lines.append(f"{record['noisy_pairs']} noisy training pairs from {record['clean_pairs']} clean ones; "
+                     f"{record['pairs_changed_in_place']} differ from the pair at their place.")
+    elif record["setup"] == "misaligned":
         lines.append(f"{record['broken_pairs']} pairs broken; {record['surviving_filters']} "
                      f"({record['surviving_share']:.2%}) survive the filters; "
                      f"{record['target_word_count_unchanged']} received a target of their own target's word count "
