@@ -261,7 +261,8 @@ def build_duplicated(folder: Path, seed: int) -> dict:
 
 #: Where the wrong-language kind finds its translations: the multi-way parallel Debian descriptions (the bundled
 #: descriptions corpus is a sample of their English-German side). Only the study reads ../shared.
-OTHER_LANGUAGE, OTHER_LANGUAGE_FILE = "it", ROOT.parent / "shared" / "corpora" / "multilingual-ddtp" / "it.train.jsonl.gz"
+OTHER_LANGUAGE = "it"
+OTHER_LANGUAGE_FILE = ROOT.parent / "shared" / "corpora" / "multilingual-ddtp" / f"{OTHER_LANGUAGE}.train.jsonl.gz"
 
 
 def build_noise(folder: Path, seed: int, setup: str) -> dict:
