@@ -52,6 +52,7 @@ from .parsing import exit_on_help, make_help_parser, make_parser, portable_paths
 from .preparation import prepare_data
 from .recipe import Recipe
 from .run_arguments import RunArguments
+from .audit import run_audit
 from .train_data import (
     InputError,
     build_specs,
@@ -151,6 +152,7 @@ def prepare(
     if resume and os.path.isfile(os.path.join(resume, BALANCING_STATE_FILE)):  # before anything is written
         check_resume(resume, strategy=training_args.strategy, names=[s.name for s in specs],
                      settings=resume_settings(training_args))
+    audit = run_audit(data_args, specs, seed=training_args.seed)  # before any tokenizing: seconds, not minutes
     tokenizer, train, dev, eval_corpora, ood = prepare_data(training_args, data_args, model_args, specs, eval_specs,
                                                             tags, tag_of, eval_tag_of, prompt, resume_from=resume)
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)
@@ -192,10 +194,19 @@ def prepare(
         callbacks.append(PromptInCheckpoints(prompt))
     trainer = UATTrainer(
         model, training_args, train_corpora=train, dev_corpora=dev, eval_corpora=dev, processing_class=tokenizer,
-        callbacks=callbacks, corpus_generation_kwargs=corpus_generation_kwargs,
+        callbacks=callbacks, corpus_generation_kwargs=corpus_generation_kwargs, corpus_audit=audit,
+        corpus_sizes=audited_sizes(audit, data_args, train),
     )
     check_trainer_resume(trainer, resume)  # the prior too, now that the corpora are read: one error line
     return trainer, eval_corpora, ood
+
+
+def audited_sizes(audit, data_args: DataArguments, train) -> dict[str, float] | None:
+    """With ``corpus_audit: reweight``, the sizes the prior counts: each suspect corpus's examples times its clean
+    share (the audit sees map-style corpora only, so a run with a stream keeps its sizes)."""
+    if audit is None or data_args.corpus_audit != "reweight" or not audit.suspects or set(train) - set(audit.corpora):
+        return None
+    return audit.effective_sizes({name: len(dataset) for name, dataset in train.items()})
 
 
 class DiskFullError(OSError):
@@ -295,6 +306,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         health.check(trainer.model, trainer.state.global_step)
     if health is not None:
         metrics["corpus_health"] = health.summary()
+    if getattr(trainer, "corpus_audit", None) is not None:
+        metrics["corpus_audit"] = trainer.corpus_audit.to_dict()
     trainer.save_metrics("eval", metrics)
 
     if trainer.is_world_process_zero():

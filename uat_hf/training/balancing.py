@@ -51,6 +51,8 @@ def attach_balancing(
     train_corpora: Mapping[str, Dataset],
     dev_corpora: Mapping[str, Dataset] | None = None,
     config: UATConfig | BalancingArguments | None = None,
+    *,
+    corpus_sizes: Mapping[str, float] | None = None,
     **balancing_fields: Any,
 ) -> CorpusBalancingCallback:
     """Make ``trainer`` train on named corpora mixed by the balancing settings given; returns the balancing callback.
@@ -97,10 +99,13 @@ def attach_balancing(
                          "map-style training corpora (they sample training pairs at random) and a "
                          "sequence-to-sequence model (a decoder-only model's prompt and completion share one "
                          "sequence); give dev sets, or use corpus_health_action=warn.")
+    if corpus_sizes is not None and streaming:
+        raise ValueError("corpus_sizes with streamed corpora: a stream's prior counts its own size (num_examples); "
+                         "give the prior as corpus_probabilities instead.")
     sampler = stream_sampler(trainer, config, train_corpora, reward, seed) if streaming else (
         CorpusBatchSampler.from_datasets(
             train_corpora,
-            config.corpus_distribution({name: len(dataset) for name, dataset in train_corpora.items()}),
+            config.corpus_distribution(prior_sizes(train_corpora, corpus_sizes)),
             max_tokens=config.max_tokens,
             batch_size=None if config.max_tokens else config.per_device_train_batch_size,
             mix_corpora=config.mix_corpora,
@@ -312,3 +317,15 @@ def _check_model_columns(corpora: Mapping[str, Dataset], kind: str) -> None:
                 "tokenize it first (uat_hf.data.corpora.tokenize_corpus)."
             )
 
+
+
+def prior_sizes(train_corpora: Mapping[str, Dataset], corpus_sizes: Mapping[str, float] | None) -> dict[str, float]:
+    """Each corpus's size for the prior: ``corpus_sizes``'s where given, else its number of examples."""
+    sizes = {name: float(len(dataset)) for name, dataset in train_corpora.items()}
+    for name, size in (corpus_sizes or {}).items():
+        if name not in sizes:
+            raise ValueError(f"corpus_sizes names {name!r}, which is not a training corpus ({sorted(sizes)}).")
+        if not (isinstance(size, (int, float)) and size > 0):
+            raise ValueError(f"corpus_sizes[{name!r}] must be a positive number, got {size!r}.")
+        sizes[name] = float(size)
+    return sizes

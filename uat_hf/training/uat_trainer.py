@@ -94,6 +94,9 @@ class UATTrainer(Seq2SeqTrainer):
             tokenizer places codes (a warning names a corpus whose labels show none). They are saved beside the
             model (``corpus_generation_kwargs.json``); a code shared by every corpus also goes into the model's
             ``generation_config`` (``forced_bos_token_id``), so a reloaded model generates in that language.
+        corpus_sizes: name → the size the prior counts for that corpus (default: its examples), e.g. a corpus
+            audit's effective sizes (:meth:`uat_hf.data.audit.AuditReport.effective_sizes`).
+        corpus_audit: the :class:`~uat_hf.data.audit.AuditReport` of the training corpora, kept for the results.
         Remaining keyword arguments go to ``Seq2SeqTrainer``.
     """
 
@@ -110,6 +113,8 @@ class UATTrainer(Seq2SeqTrainer):
         compute_metrics: Callable[[EvalPrediction], dict] | None = None,
         callbacks: list | None = None,
         corpus_generation_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        corpus_sizes: Mapping[str, float] | None = None,
+        corpus_audit: Any = None,
         **kwargs: Any,
     ) -> None:
         if "train_dataset" in kwargs or "eval_dataset" in kwargs:
@@ -157,7 +162,8 @@ class UATTrainer(Seq2SeqTrainer):
             callbacks=callbacks,
             **kwargs,
         )
-        self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora) if train_corpora is not None
+        self.corpus_audit = corpus_audit  # the AuditReport of the training corpora, when one ran (uat-train)
+        self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora, corpus_sizes=corpus_sizes) if train_corpora is not None
                           else None)
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
         watch_nonfinite_loss(self)

@@ -1,0 +1,77 @@
+"""``uat-audit``: the corpus audit of a recipe's training corpora, without training.
+
+    uat-audit --config recipes/demo.yaml                   # the table uat-train prints before step 0
+    uat-audit --config my.yaml --output_json audit.json    # and the whole report as JSON
+
+Flags are ``uat-train``'s (a recipe and its overrides); the audit reads the training pairs after the recipe's
+cleaning and each corpus's dev pairs, as ``uat-train`` does (docs/corpus_audit.md). Exit status 0, or 2 for bad
+input; with ``--strict``, 3 when a corpus is suspect (for a data pipeline that should stop there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from .arguments import DataArguments
+from .train_data import build_specs, say, streams
+
+
+def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
+    """The :class:`~uat_hf.data.audit.AuditReport` of ``specs`` as the run cleans them, printed; ``None`` when
+    ``corpus_audit`` is off. Streamed corpora are not audited yet (named in the output)."""
+    if data_args.corpus_audit == "off":
+        return None
+    import time
+
+    from ..data.audit import audit_specs
+    from ..data.preprocessing import PreprocessingConfig
+
+    start = time.monotonic()
+    audited = [spec for spec in specs if not streams(spec, data_args)]
+    skipped = [spec.name for spec in specs if spec not in audited]
+    preprocessing = PreprocessingConfig(max_length_ratio=data_args.max_length_ratio,
+                                        max_source_words=data_args.max_source_words,
+                                        max_target_words=data_args.max_target_words, dedupe=data_args.dedupe)
+    report = audit_specs(audited, preprocessing, sample=data_args.corpus_audit_sample, seed=seed,
+                         cache_dir=data_args.dataset_cache_dir)
+    say(f"corpus audit ({time.monotonic() - start:.0f}s; corpus_audit={data_args.corpus_audit}):\n{report.table()}"
+        + (f"\nnot audited (streamed): {', '.join(skipped)}" if skipped else ""))
+    for name in report.suspects:
+        audit = report.corpora[name]
+        action = ("its prior counts its effective size" if data_args.corpus_audit == "reweight" else
+                  "set corpus_audit: reweight to start its prior from its effective size")
+        say(f"WARNING: corpus {name!r} is suspect ({', '.join(audit.flagged)}): about {audit.clean_share:.0%} of "
+            f"its {audit.pairs} training pairs look sound ({audit.effective_size:.0f} effective); {action}.")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    output_json = strict = None
+    if "--output_json" in argv:
+        at = argv.index("--output_json")
+        output_json, argv = argv[at + 1] if at + 1 < len(argv) else "", argv[:at] + argv[at + 2:]
+    strict = "--strict" in argv
+    argv = [a for a in argv if a != "--strict"]
+    from .train import parse_arguments
+
+    try:
+        training_args, data_args, *_ = parse_arguments(argv)
+        if data_args.corpus_audit == "off":
+            data_args.corpus_audit = "warn"  # this command is the audit
+        report = run_audit(data_args, build_specs(data_args)[0], seed=training_args.seed)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"uat-audit: error: {error}", file=sys.stderr)
+        return 2
+    if output_json:
+        with open(output_json, "w", encoding="utf-8") as out:
+            json.dump(report.to_dict(), out, indent=2)
+    return 3 if strict and report.suspects else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

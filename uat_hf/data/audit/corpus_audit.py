@@ -1,0 +1,202 @@
+"""The corpus audit: each training corpus measured against its own trusted dev set, before step 0.
+
+MultiUAT's premise is a small trusted dev set per corpus. The audit uses it as the reference for every signal of
+:mod:`.signals`: a corpus is suspect on a signal only when its training pairs fail it clearly more often than its
+dev pairs do — by at least :data:`MARGIN` of the pairs and by :data:`Z_THRESHOLD` standard errors of the
+difference (a one-sided test at about 3e-5 per corpus and signal, so that 64 corpora × 6 signals keep the chance
+of any false alarm per run near 1 %). What the dev set fails too is the corpus's nature (a dictionary's short
+entries, software strings that copy names), not noise. The estimated clean share — the pairs beyond the dev
+set's rate on the signals that fired, and the repeats when repetition fired — gives the corpus's *effective
+size*, which a run may use for its prior (``corpus_audit: reweight``). A signal is evidence, not a verdict on
+what helps: copies can teach a small model to carry names over, so the default only warns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from . import signals
+
+#: Signal name → what a failing pair is (the table's legend).
+SIGNALS = {
+    "copy": "target repeats its source",
+    "language": "a side in another language than declared",
+    "length": "length ratio outside the dev pairs' range",
+    "repeat": "normalised pair seen earlier in the corpus",
+    "lexical": "its source explains under 5 % of its target (IBM Model 1 word translations)",
+    "fluency": "target bigram score below the dev pairs' 5th percentile",
+}
+MARGIN, Z_THRESHOLD = 0.10, 4.0
+#: The dev pairs a corpus needs for its rates to mean anything.
+MIN_DEV_PAIRS = 50
+#: The fluency signal fails a pair below this quantile of the dev pairs' own scores.
+DEV_QUANTILE = 0.05
+#: The lexical signal fails a pair whose target words are explained, on average, below this word-translation
+#: probability by their best source word: a pair of unrelated sentences scores about 0.001-0.01, a translation
+#: about 0.4 (the bundled software corpus's held-out pairs).
+LEXICAL_COVERAGE = 0.05
+#: The length band: the dev pairs' median log length ratio ± this many robust standard deviations (1.4826 MAD).
+LENGTH_BAND = 4.0
+#: The least effective share a corpus keeps, so that every strategy's prior stays positive.
+MIN_CLEAN_SHARE = 0.01
+
+Pairs = tuple[Sequence[str], Sequence[str]]
+
+
+@dataclass
+class SignalRate:
+    train: float  # share of the training sample failing
+    dev: float  # share of the dev set failing
+    z: float  # the difference in standard errors
+    flagged: bool
+
+
+@dataclass
+class CorpusAudit:
+    corpus: str
+    pairs: int
+    sampled: int
+    dev_pairs: int
+    signals: dict[str, SignalRate] = field(default_factory=dict)
+    clean_share: float = 1.0
+    not_measurable: str | None = None  # why the rates cannot be judged (no or too small a dev set)
+
+    @property
+    def flagged(self) -> list[str]:
+        return [name for name, rate in self.signals.items() if rate.flagged]
+
+    @property
+    def effective_size(self) -> float:
+        return self.pairs * self.clean_share
+
+    @property
+    def verdict(self) -> str:
+        if self.not_measurable:
+            return f"not measurable ({self.not_measurable})"
+        return f"suspect: {', '.join(self.flagged)}" if self.flagged else "ok"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "effective_size": round(self.effective_size, 1), "verdict": self.verdict}
+
+
+@dataclass
+class AuditReport:
+    corpora: dict[str, CorpusAudit]
+    sample: int
+    seed: int
+
+    @property
+    def suspects(self) -> list[str]:
+        return [name for name, audit in self.corpora.items() if audit.flagged]
+
+    def effective_sizes(self, sizes: Mapping[str, int]) -> dict[str, float]:
+        """``sizes`` (name → the examples a run trains on) times each suspect corpus's clean share: the sizes
+        ``corpus_audit: reweight`` gives the prior (``UATTrainer(corpus_sizes=...)``)."""
+        return {name: size * (self.corpora[name].clean_share if name in self.suspects else 1.0)
+                for name, size in sizes.items()}
+
+    def to_dict(self) -> dict:
+        return {"sample": self.sample, "seed": self.seed, "thresholds": {"margin": MARGIN, "z": Z_THRESHOLD},
+                "corpora": {name: audit.to_dict() for name, audit in self.corpora.items()}}
+
+    def table(self) -> str:
+        """The audit as text: per corpus its pairs, effective size, each signal's training share and, in
+        brackets, its dev set's, ``!`` where the signal sets the training pairs apart, and the verdict."""
+        names = list(SIGNALS)
+        width = max([6] + [len(n) for n in self.corpora])
+        lines = [f"{'corpus':<{width}} {'pairs':>8} {'effective':>9} " + " ".join(f"{n:>12}" for n in names)
+                 + "  verdict"]
+        for name, audit in self.corpora.items():
+            cells = []
+            for signal in names:
+                rate = audit.signals.get(signal)
+                cells.append(f"{'–':>12}" if rate is None else
+                             f"{100 * rate.train:>5.1f}{'!' if rate.flagged else ' '}({100 * rate.dev:>4.1f})")
+            lines.append(f"{name:<{width}} {audit.pairs:>8} {audit.effective_size:>9.0f} " + " ".join(cells)
+                         + f"  {audit.verdict}")
+        lines.append(f"% of {self.sample} sampled training pairs per corpus (of its dev pairs); ! = above the dev "
+                     f"set's rate by >= {MARGIN:.0%} of pairs and z >= {Z_THRESHOLD:g}.")
+        return "\n".join(lines)
+
+
+def audit_corpora(train: Mapping[str, Pairs], dev: Mapping[str, Pairs], languages: Mapping[str, tuple[str, str]],
+                  *, sample: int = 4000, seed: int = 0) -> AuditReport:
+    """Audit every corpus of ``train`` (name → (sources, targets), after the run's cleaning) against its dev pairs
+    in ``dev``; ``languages``: name → (source language, target language), as the corpus specs declare them."""
+    rng = np.random.default_rng(seed)
+    picked = {name: rng.permutation(len(pairs[0]))[:sample] for name, pairs in train.items()}
+    halves = {name: (idx[0::2], idx[1::2]) for name, idx in picked.items()}
+    fit_s = [train[n][0][i] for n, (a, _) in halves.items() for i in a]
+    fit_t = [train[n][1][i] for n, (a, _) in halves.items() for i in a]
+    lexical, fluency = signals.LexicalModel(fit_s, fit_t), signals.FluencyModel(fit_t)
+    report = AuditReport({}, sample, seed)
+    for name, (sources, targets) in train.items():
+        dev_sources, dev_targets = dev.get(name, ((), ()))
+        audit = CorpusAudit(name, len(sources), len(picked[name]), len(dev_sources))
+        report.corpora[name] = audit
+        if len(dev_sources) < MIN_DEV_PAIRS:
+            audit.not_measurable = f"{len(dev_sources)} dev pairs, fewer than {MIN_DEV_PAIRS}"
+            continue
+        idx, held_out = picked[name], halves[name][1]
+        s, t = [sources[i] for i in idx], [targets[i] for i in idx]
+        fails = _rule_fails(s, t, dev_sources, dev_targets, languages[name])
+        fails["repeat"] = (signals.repeated(sources, targets)[idx], signals.repeated(dev_sources, dev_targets))
+        hs, ht = [sources[i] for i in held_out], [targets[i] for i in held_out]
+        dev_scores = lexical.scores(dev_sources, dev_targets)  # NaN (nothing the model knows) never fails
+        fails["lexical"] = (lexical.scores(hs, ht) < LEXICAL_COVERAGE, dev_scores < LEXICAL_COVERAGE)
+        dev_scores = fluency.scores(dev_targets)
+        floor = np.quantile(dev_scores, DEV_QUANTILE)
+        fails["fluency"] = (fluency.scores(ht) < floor, dev_scores < floor)
+        for signal in SIGNALS:
+            audit.signals[signal] = _compare(*fails[signal])
+        audit.clean_share = _clean_share(audit, fails, picked[name], halves[name][1])
+    return report
+
+
+def _rule_fails(sources, targets, dev_sources, dev_targets, languages: tuple[str, str]) -> dict:
+    source_lang, target_lang = languages
+    out = {"copy": (signals.copied(sources, targets), signals.copied(dev_sources, dev_targets)),
+           "language": (signals.wrong_language(sources, source_lang) | signals.wrong_language(targets, target_lang),
+                        signals.wrong_language(dev_sources, source_lang)
+                        | signals.wrong_language(dev_targets, target_lang))}
+    dev_ratio = signals.length_log_ratios(dev_sources, dev_targets)
+    centre = float(np.median(dev_ratio))
+    spread = LENGTH_BAND * max(1.4826 * float(np.median(np.abs(dev_ratio - centre))), 0.05)
+    out["length"] = (np.abs(signals.length_log_ratios(sources, targets) - centre) > spread,
+                     np.abs(dev_ratio - centre) > spread)
+    return out
+
+
+def _compare(train_fails: np.ndarray, dev_fails: np.ndarray) -> SignalRate:
+    n_t, n_d = len(train_fails), len(dev_fails)
+    r_t = float(train_fails.mean()) if n_t else 0.0
+    r_d = float(dev_fails.mean()) if n_d else 0.0
+    pooled = (r_t * n_t + r_d * n_d) / max(n_t + n_d, 1)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / max(n_t, 1) + 1 / max(n_d, 1)))
+    z = (r_t - r_d) / se if se > 0 else (math.inf if r_t > r_d else 0.0)
+    return SignalRate(round(r_t, 4), round(r_d, 4), round(z, 2) if math.isfinite(z) else 99.0,
+                      r_t - r_d >= MARGIN and z >= Z_THRESHOLD)
+
+
+def _clean_share(audit: CorpusAudit, fails: dict, picked: np.ndarray, held_out: np.ndarray) -> float:
+    """The share of sound pairs, from the held-out sample pairs failing any flagged signal but repetition (f) and
+    the dev pairs failing them (d, sound pairs that fail anyway): f = (1 − c) + c·d, so c = (1 − f) / (1 − d);
+    times the share of first occurrences when repetition is flagged."""
+    flagged = [s for s in audit.flagged if s != "repeat"]
+    share = 1.0
+    if flagged:
+        on_held_out = np.isin(picked, held_out)
+        train_any = np.zeros(len(held_out), dtype=bool)
+        dev_any = np.zeros(audit.dev_pairs, dtype=bool)
+        for signal in flagged:
+            train_fail, dev_fail = fails[signal]
+            train_any |= train_fail if len(train_fail) == len(held_out) else train_fail[on_held_out]
+            dev_any |= dev_fail
+        share = min(1.0, (1 - float(train_any.mean())) / max(1 - float(dev_any.mean()), 1e-9))
+    if "repeat" in audit.flagged:
+        share *= 1 - audit.signals["repeat"].train
+    return max(share, MIN_CLEAN_SHARE)

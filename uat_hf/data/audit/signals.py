@@ -1,0 +1,178 @@
+"""Per-pair signals of a broken parallel corpus, the ones the MT field checks before training.
+
+Each signal says, for every pair, whether it fails a check that a sound translation pair passes (OpusFilter's
+families: language ID, copies, duplicates, length ratio, word alignment, n-gram LM cross-entropy). None of them is
+a verdict on its own: a dictionary has short pairs, software strings copy names and placeholders. The audit
+(:mod:`.corpus_audit`) compares each corpus's failing share with its own trusted dev set's, so that only what
+sets the training pairs apart from the dev pairs counts.
+
+The two model-based signals (lexical adequacy, target fluency) are fitted on one half of every corpus's sample
+and score the other half and the dev sets, so that no pair is scored by a model that saw it: a memorised pair
+would otherwise look adequate.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+#: Text shorter than this many letters gets no language verdict: identifiers are unreliable on a word or two.
+MIN_LANGUAGE_LETTERS = 20
+#: Jaccard overlap of the two sides' word sets at or above which a target counts as a (near-)copy of its source.
+COPY_OVERLAP = 0.8
+_FLOOR = 1e-7
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def normalised(text: str) -> str:
+    """Lower case, letters and digits only: the key under which near-duplicates collide."""
+    return "".join(words(text))
+
+
+def copied(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+    """A target that repeats its source: the same letters and digits, or ≥ :data:`COPY_OVERLAP` of the words."""
+    out = np.zeros(len(sources), dtype=bool)
+    for k, (source, target) in enumerate(zip(sources, targets)):
+        s, t = set(words(source)), set(words(target))
+        if not t:
+            continue
+        out[k] = normalised(source) == normalised(target) or len(s & t) / len(s | t) >= COPY_OVERLAP
+    return out
+
+
+def repeated(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+    """A pair whose normalised source and target both occurred earlier in the corpus (the copies of a pair, not
+    its first occurrence): what exact dedupe misses when only case, punctuation or spacing differ."""
+    seen: set[tuple[str, str]] = set()
+    out = np.zeros(len(sources), dtype=bool)
+    for k, key in enumerate(zip(map(normalised, sources), map(normalised, targets))):
+        out[k] = key in seen
+        seen.add(key)
+    return out
+
+
+@functools.cache
+def _identifier():
+    """py3langid's identifier over all its languages: our own, so that a caller's ``set_languages`` on the
+    module's shared one cannot narrow it."""
+    from py3langid.langid import _load_identifier
+
+    return _load_identifier()
+
+
+def base_language(code: str) -> str:
+    """``pt_BR`` → ``pt``, ``zh-Hans`` → ``zh``, ``deu_Latn`` (NLLB) → ``deu``."""
+    return re.split(r"[_-]", code)[0].lower()
+
+
+def wrong_language(texts: Sequence[str], language: str) -> np.ndarray:
+    """Text that py3langid (offline, its model ships in the wheel) identifies as another language than
+    ``language``; text under :data:`MIN_LANGUAGE_LETTERS` letters never fails. All pass when py3langid does not
+    know ``language``."""
+    identifier = _identifier()
+    code = base_language(language)
+    out = np.zeros(len(texts), dtype=bool)
+    if code not in identifier.nb_classes:
+        return out
+    for k, text in enumerate(texts):
+        if sum(c.isalpha() for c in text) >= MIN_LANGUAGE_LETTERS:
+            out[k] = identifier.classify(text)[0] != code
+    return out
+
+
+def length_log_ratios(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+    """log((target characters + 1) / (source characters + 1)) per pair."""
+    return np.log1p([len(t) for t in targets]) - np.log1p([len(s) for s in sources])
+
+
+class LexicalModel:
+    """IBM Model 1 (Brown et al., 1993) in both directions, fitted by EM over lowercase words; a pair's score is
+    the mean of its two directions' per-word log-likelihoods. The word-translation table behind word aligners
+    such as eflomal and fast_align, without their distortion terms: adequacy, not word order."""
+
+    def __init__(self, sources: Sequence[str], targets: Sequence[str], iterations: int = 5):
+        self.forward = _ibm1([words(s) for s in sources], [words(t) for t in targets], iterations)
+        self.backward = _ibm1([words(t) for t in targets], [words(s) for s in sources], iterations)
+
+    def scores(self, sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+        src, tgt = [words(s) for s in sources], [words(t) for t in targets]
+        return np.nanmean([_ibm1_scores(self.forward, src, tgt), _ibm1_scores(self.backward, tgt, src)], axis=0)
+
+
+def _ibm1(sources: list[list[str]], targets: list[list[str]], iterations: int) -> dict[tuple[str, str], float]:
+    """t(target word | source word), NULL source included, from uniform by EM, vectorised over co-occurrences."""
+    vocab_s = {w: i for i, w in enumerate(["<null>"] + sorted({w for s in sources for w in s}))}
+    vocab_t = {w: i for i, w in enumerate(sorted({w for t in targets for w in t}))}
+    rows, cols, tokens = [], [], []  # one entry per (target token, source word) co-occurrence
+    token = 0
+    for source, target in zip(sources, targets):
+        ids_s = [0] + [vocab_s[w] for w in source]
+        for w in target:
+            rows += ids_s
+            cols += [vocab_t[w]] * len(ids_s)
+            tokens += [token] * len(ids_s)
+            token += 1
+    if not rows:
+        return {}
+    rows, cols, tokens = np.asarray(rows), np.asarray(cols), np.asarray(tokens)
+    pair_ids, pair_of = np.unique(rows * len(vocab_t) + cols, return_inverse=True)
+    table = np.ones(len(pair_ids))
+    pair_source = pair_ids // len(vocab_t)
+    for _ in range(iterations):
+        weights = table[pair_of]
+        posterior = weights / np.bincount(tokens, weights)[tokens]
+        counts = np.bincount(pair_of, posterior, minlength=len(pair_ids))
+        totals = np.bincount(pair_source, counts, minlength=len(vocab_s))
+        table = counts / totals[pair_source]
+    inverse_s, inverse_t = list(vocab_s), list(vocab_t)
+    return {(inverse_s[i // len(vocab_t)], inverse_t[i % len(vocab_t)]): p for i, p in zip(pair_ids, table)}
+
+
+def _ibm1_scores(table: dict, sources: list[list[str]], targets: list[list[str]]) -> np.ndarray:
+    """The mean over the target words the model knows of their best translation probability from a source word,
+    max_e t(f | e): how much of the target its source explains, in [0, 1]. NaN when the model knows no target
+    word (a word never seen in fitting says nothing about the pair)."""
+    known = {t for _, t in table}
+    out = np.full(len(sources), np.nan)
+    for k, (source, target) in enumerate(zip(sources, targets)):
+        target = [t for t in target if t in known]
+        if target:
+            out[k] = sum(max((table.get((s, t), 0.0) for s in source), default=0.0) for t in target) / len(target)
+    return out
+
+
+class FluencyModel:
+    """A word bigram language model of the target side, interpolated with unigrams (λ = 0.7) and add-one smoothed
+    unigrams: a pair's score is its target's mean log-probability per word. Shuffled or truncated word order,
+    and text in another language, fall below the dev pairs' scores."""
+
+    def __init__(self, texts: Sequence[str], interpolation: float = 0.7):
+        self.unigrams, self.bigrams, self.contexts = Counter(), Counter(), Counter()
+        for text in texts:
+            tokens = ["<s>"] + words(text) + ["</s>"]
+            self.unigrams.update(tokens[1:])
+            self.contexts.update(tokens[:-1])
+            self.bigrams.update(zip(tokens[:-1], tokens[1:]))
+        self.total, self.vocab, self.interpolation = sum(self.unigrams.values()), len(self.unigrams) + 1, interpolation
+
+    def scores(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros(len(texts))
+        for k, text in enumerate(texts):
+            tokens = ["<s>"] + words(text) + ["</s>"]
+            total = 0.0
+            for previous, word in zip(tokens[:-1], tokens[1:]):
+                unigram = (self.unigrams[word] + 1) / (self.total + self.vocab)
+                context = self.contexts[previous]
+                bigram = self.bigrams[previous, word] / context if context else 0.0
+                total += math.log(self.interpolation * bigram + (1 - self.interpolation) * unigram)
+            out[k] = total / (len(tokens) - 1)
+        return out
