@@ -48,11 +48,11 @@ from ..utils.checkpoints import (
     resolve_resume_checkpoint,
 )
 from .arguments import DataArguments, ModelArguments
+from .audit import run_audit
 from .parsing import exit_on_help, make_help_parser, make_parser, portable_paths
 from .preparation import prepare_data
 from .recipe import Recipe
 from .run_arguments import RunArguments
-from .audit import run_audit
 from .train_data import (
     InputError,
     build_specs,

@@ -163,7 +163,8 @@ class UATTrainer(Seq2SeqTrainer):
             **kwargs,
         )
         self.corpus_audit = corpus_audit  # the AuditReport of the training corpora, when one ran (uat-train)
-        self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora, corpus_sizes=corpus_sizes) if train_corpora is not None
+        self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora,
+                                           corpus_sizes=corpus_sizes) if train_corpora is not None
                           else None)
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
         watch_nonfinite_loss(self)

@@ -100,12 +100,26 @@ class LexicalModel:
     such as eflomal and fast_align, without their distortion terms: adequacy, not word order."""
 
     def __init__(self, sources: Sequence[str], targets: Sequence[str], iterations: int = 5):
-        self.forward = _ibm1([words(s) for s in sources], [words(t) for t in targets], iterations)
-        self.backward = _ibm1([words(t) for t in targets], [words(s) for s in sources], iterations)
+        src, tgt = [words(s) for s in sources], [words(t) for t in targets]
+        self.forward, self.backward = _ibm1(src, tgt, iterations), _ibm1(tgt, src, iterations)
+        self.weight_target, self.weight_source = _information(tgt), _information(src)
 
     def scores(self, sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
         src, tgt = [words(s) for s in sources], [words(t) for t in targets]
-        return np.nanmean([_ibm1_scores(self.forward, src, tgt), _ibm1_scores(self.backward, tgt, src)], axis=0)
+        both = np.array([_ibm1_scores(self.forward, self.weight_target, src, tgt),
+                         _ibm1_scores(self.backward, self.weight_source, tgt, src)])
+        out = np.full(len(src), np.nan)
+        known = ~np.isnan(both).all(axis=0)
+        out[known] = np.nanmean(both[:, known], axis=0)
+        return out
+
+
+def _information(sentences: list[list[str]]) -> dict[str, float]:
+    """Each word's self-information, log(tokens / count): a pair earns little for explaining "und" by "and",
+    which any two sentences share."""
+    counts = Counter(w for sentence in sentences for w in sentence)
+    total = sum(counts.values())
+    return {w: math.log(total / c) for w, c in counts.items()}
 
 
 def _ibm1(sources: list[list[str]], targets: list[list[str]], iterations: int) -> dict[tuple[str, str], float]:
@@ -137,16 +151,19 @@ def _ibm1(sources: list[list[str]], targets: list[list[str]], iterations: int) -
     return {(inverse_s[i // len(vocab_t)], inverse_t[i % len(vocab_t)]): p for i, p in zip(pair_ids, table)}
 
 
-def _ibm1_scores(table: dict, sources: list[list[str]], targets: list[list[str]]) -> np.ndarray:
-    """The mean over the target words the model knows of their best translation probability from a source word,
-    max_e t(f | e): how much of the target its source explains, in [0, 1]. NaN when the model knows no target
-    word (a word never seen in fitting says nothing about the pair)."""
-    known = {t for _, t in table}
+def _ibm1_scores(table: dict, weight: dict[str, float], sources: list[list[str]],
+                 targets: list[list[str]]) -> np.ndarray:
+    """How much of each target its source explains, in [0, 1]: over the target words the model knows, the mean of
+    their best translation probability from a source word, max_e t(f | e), weighted by each word's
+    self-information. NaN when the model knows no target word (a word never seen in fitting says nothing)."""
     out = np.full(len(sources), np.nan)
     for k, (source, target) in enumerate(zip(sources, targets)):
-        target = [t for t in target if t in known]
+        target = [t for t in target if t in weight]
         if target:
-            out[k] = sum(max((table.get((s, t), 0.0) for s in source), default=0.0) for t in target) / len(target)
+            total = sum(weight[t] for t in target)
+            if total > 0:
+                out[k] = sum(weight[t] * max((table.get((s, t), 0.0) for s in source), default=0.0)
+                             for t in target) / total
     return out
 
 

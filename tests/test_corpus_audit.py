@@ -1,0 +1,125 @@
+"""The corpus audit (uat_hf.data.audit): real text of the bundled sample, broken the ways corpora break."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import MULTIDOMAIN
+from uat_hf.data.audit import audit_corpora
+from uat_hf.data.corpora import corpus_specs_from_directory, load_corpus_split
+
+LANGS = ("en", "de")
+
+
+def _pairs(split: str, limit: int | None = None) -> dict[str, tuple[list[str], list[str]]]:
+    out = {}
+    for spec in corpus_specs_from_directory(MULTIDOMAIN, *LANGS):
+        data = load_corpus_split(spec, split)
+        sources, targets = data.data.column("source").to_pylist(), data.data.column("target").to_pylist()
+        out[spec.name] = (sources[:limit], targets[:limit])
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return _pairs("train", 3000), _pairs("dev")
+
+
+def _audit(train, dev, sample=1200):
+    return audit_corpora(train, dev, {name: LANGS for name in train}, sample=sample, seed=1)
+
+
+def test_sound_corpora_pass_every_signal(bundled):
+    train, dev = bundled
+    report = _audit(train, dev)
+    assert report.suspects == [], report.table()
+    for audit in report.corpora.values():
+        assert audit.clean_share == 1.0 and audit.verdict == "ok"
+        assert set(audit.signals) == {"copy", "language", "length", "repeat", "lexical", "fluency"}
+
+
+def test_untranslated_copies_are_seen_and_count_for_almost_nothing(bundled):
+    train, dev = bundled
+    sources, _ = train["descriptions"]
+    report = _audit({**train, "descriptions": (sources, list(sources))}, dev)
+    audit = report.corpora["descriptions"]
+    assert report.suspects == ["descriptions"], report.table()
+    assert {"copy", "language"} <= set(audit.flagged)
+    assert audit.signals["copy"].train > 0.95 and audit.clean_share < 0.05
+    assert report.effective_sizes({"descriptions": 3000, "bible": 3000}) == {
+        "descriptions": pytest.approx(3000 * audit.clean_share), "bible": 3000}
+
+
+def test_a_target_side_in_the_wrong_language_is_seen(bundled):
+    train, dev = bundled
+    sources, _ = train["bible"]
+    english = train["descriptions"][0][: len(sources)]  # English sentences where German ones belong
+    report = _audit({**train, "bible": (sources, english)}, dev)
+    assert "language" in report.corpora["bible"].flagged, report.table()
+    assert report.suspects == ["bible"]
+
+
+@pytest.mark.parametrize("share", [0.2, 0.5])
+def test_a_partly_misaligned_corpus_is_seen_and_its_clean_share_estimated(bundled, share):
+    train, dev = bundled
+    sources, targets = train["bible"]
+    rng = np.random.default_rng(0)
+    broken = rng.choice(len(targets), size=int(share * len(targets)), replace=False)
+    moved = list(targets)
+    for k, i in enumerate(broken):  # each broken pair gets the target of the next broken one
+        moved[i] = targets[broken[(k + 1) % len(broken)]]
+    audit = _audit({**train, "bible": (sources, moved)}, dev).corpora["bible"]
+    assert "lexical" in audit.flagged and set(audit.flagged) <= {"lexical", "length"}, audit  # verses of other lengths
+    assert 1 - share - 0.1 <= audit.clean_share <= 1 - share / 2  # sees at least half of the broken pairs
+
+
+def test_near_duplicates_that_exact_dedupe_keeps_count_once(bundled):
+    train, dev = bundled
+    sources, targets = (side[:1000] for side in train["dictionary"])
+    copies = ([s for s in sources] + [s.lower() for s in sources] + [s + " " for s in sources],
+              [t for t in targets] + [t.lower() for t in targets] + [t + " ." for t in targets])
+    assert len(set(zip(*copies))) > 2.5 * len(sources)  # exact dedupe would keep them
+    audit = _audit({**train, "dictionary": copies}, dev).corpora["dictionary"]
+    assert audit.flagged == ["repeat"]
+    assert audit.effective_size == pytest.approx(len(set(zip(sources, targets))), rel=0.05)
+
+
+def test_no_false_alarm_over_many_exchangeable_corpora():
+    """64 disjoint corpora whose training and dev pairs are drawn from one shuffled pool of the bundled sample:
+    nothing sets the training pairs apart, so no signal may fire (the per-corpus test is sized for about 1 %
+    false alarms per run of 64 corpora)."""
+    pool = [pair for sources, targets in _pairs("train").values() for pair in zip(sources, targets)]
+    order = np.random.default_rng(3).permutation(len(pool))
+    fake_train, fake_dev = {}, {}
+    for k in range(64):
+        chunk = [pool[i] for i in order[k * 550:(k + 1) * 550]]
+        fake_train[f"c{k}"] = ([s for s, _ in chunk[:400]], [t for _, t in chunk[:400]])
+        fake_dev[f"c{k}"] = ([s for s, _ in chunk[400:]], [t for _, t in chunk[400:]])
+    report = _audit(fake_train, fake_dev, sample=400)
+    assert report.suspects == [], [report.corpora[n] for n in report.suspects]
+
+
+def test_a_corpus_without_enough_dev_pairs_is_reported_not_judged(bundled):
+    train, dev = bundled
+    report = _audit(train, {**dev, "software": (dev["software"][0][:10], dev["software"][1][:10])})
+    audit = report.corpora["software"]
+    assert audit.signals == {} and audit.verdict.startswith("not measurable") and audit.clean_share == 1.0
+    assert "not measurable" in report.table() and json.dumps(report.to_dict())
+
+
+def test_uat_audit_prints_the_table_and_writes_the_report(tmp_path, capsys):
+    from uat_hf.cli.audit import main
+
+    out = tmp_path / "audit.json"
+    assert main(["--corpus_dir", "bundled:multidomain-en-de", "--source_lang", "en", "--target_lang", "de",
+                 "--output_dir", str(tmp_path / "run"), "--max_train_examples", "800",
+                 "--corpus_audit_sample", "600", "--output_json", str(out), "--strict"]) == 0
+    printed = capsys.readouterr().out
+    assert "corpus audit" in printed and "verdict" in printed
+    report = json.loads(out.read_text())
+    assert set(report["corpora"]) == {"bible", "descriptions", "dictionary", "software"}
+    assert all(c["verdict"] == "ok" for c in report["corpora"].values())
+    assert not (tmp_path / "run").exists()  # an audit writes nothing of a run
