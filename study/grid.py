@@ -187,7 +187,7 @@ for _setup, (_kind, _transform) in noise.KINDS.items():
 #: The oracle of a noise cell: the share of its broken corpus that won the share sweep on the dev sets (None:
 #: proportional won, the corpus is kept as it is). A cell has no oracle before its sweep has run.
 NOISE_ORACLE_SHARES: dict[str, float | None] = {}
-NOISE_STRATEGIES = ("proportional",)
+NOISE_STRATEGIES = ("proportional", "proportional-reweight")
 KNOWN_STRATEGIES = ("proportional", "temperature", "uniform", "oracle", "multiuat-enteos", "multidds-s",
                     "mixing-law")
 #: The oracle's share of the misaligned corpus: small, not 0, so that the prior stays a valid scorer start too.
@@ -206,9 +206,13 @@ GUARD_SUFFIX, GUARD_CHECKS = "-setaside", 12
 GUARDED_STRATEGIES = ("proportional", "multiuat-enteos", "mixing-law", "multidds-s")
 
 
+#: Cells whose run starts its prior from the corpus audit's effective sizes (corpus_audit: reweight).
+AUDIT_SUFFIX = "-reweight"
+
+
 def base_strategy(strategy: str) -> str:
-    """The strategy of a cell without its guard suffix (``mixing-law-setaside`` → ``mixing-law``)."""
-    return strategy.removesuffix(GUARD_SUFFIX)
+    """The strategy of a cell without its guard and audit suffixes (``mixing-law-setaside`` → ``mixing-law``)."""
+    return strategy.removesuffix(AUDIT_SUFFIX).removesuffix(GUARD_SUFFIX)
 
 
 def known_answer_cells() -> list[tuple[str, str, str]]:
@@ -219,7 +223,8 @@ def known_answer_cells() -> list[tuple[str, str, str]]:
             + [("misaligned", SWEEP_REGIME, strategy) for strategy in SWEEP_STRATEGIES]
             + [(setup, "A", strategy) for setup in noise.KINDS
                for strategy in NOISE_STRATEGIES + (("oracle",) if setup in NOISE_ORACLE_SHARES else ())]
-            + [(setup, SWEEP_REGIME, strategy) for setup in noise.KINDS for strategy in SWEEP_STRATEGIES])
+            + [(setup, SWEEP_REGIME, strategy) for setup in noise.KINDS
+               for strategy in SWEEP_STRATEGIES + ("proportional" + AUDIT_SUFFIX,)])
 
 
 def settings(setup: str, regime: str) -> dict:
@@ -330,7 +335,9 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
     """The YAML of one cell: a comment that says what it is and how it is run, then the fields."""
     settings_ = settings(setup, regime)
     cell = f"{setup}-{regime}-{strategy}"
-    guarded, strategy = strategy != base_strategy(strategy), base_strategy(strategy)
+    audited = strategy.endswith(AUDIT_SUFFIX)
+    guarded = strategy.removesuffix(AUDIT_SUFFIX).endswith(GUARD_SUFFIX)
+    strategy = base_strategy(strategy)
     prior = _fixed_prior_of(setup, strategy)
     fields = {"output_dir": f"runs/study/{cell}/seed1", "strategy": "fixed" if prior else strategy,
               **({"corpus_probabilities": prior} if prior else {}), "seed": 1}
@@ -349,6 +356,10 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
                      "suspect at two checks in a row keeps at most 0.01 of p from then on; docs/usage.md, 'Corpus "
                      "health'); otherwise the cell without the guard.")
         fields.update(corpus_health_action="set_aside", corpus_health_checks=GUARD_CHECKS)
+    if audited:
+        notes.append("Audited: corpus_audit reweight, the prior counts each corpus the audit finds suspect at its "
+                     "effective (clean) size (docs/corpus_audit.md); otherwise the cell without it.")
+        fields.update(corpus_audit="reweight")
     if strategy == "temperature":
         notes.append("temperature: τ = 5, the strategy's default (the paper's).")
     if strategy.startswith(("multiuat", "multidds")):
