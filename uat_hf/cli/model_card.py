@@ -46,11 +46,22 @@ def build_model_card(fields: Mapping[str, Any], results: Mapping[str, float] | N
         model_name=Path(str(get("output_dir") or "uat-hf-model")).name if scores else None,
         eval_results=_eval_results(scores, specs + eval_specs, get("eval_split", "test")) or None,
     )
-    text = _text(fields, specs, eval_specs, scores, recipe_file)
+    text = _text(fields, specs, eval_specs, scores, recipe_file) + _audit_text((results or {}).get("corpus_audit"))
     notes = [stopped_early_note(results or {}), *(results or {}).get("corpus_health", {}).get("warnings", [])]
     for note in reversed([n for n in notes if n]):
         text = text.replace("\n## Results\n", f"\n## Results\n\n**{note}**\n", 1)
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text}")
+
+
+def _audit_text(audit: Mapping[str, Any] | None) -> str:
+    """The corpus audit's verdicts (``uat_hf.data.audit``), one row per training corpus."""
+    if not audit:
+        return ""
+    lines = ["", "## Corpus audit", "", "Each training corpus against its own dev set, before training "
+             "(docs/corpus_audit.md).", "", "| corpus | pairs | effective size | verdict |", "|---|---|---|---|"]
+    lines += [f"| {name} | {c['pairs']} | {c['effective_size']:.0f} | {c['verdict']} |"
+              for name, c in audit.get("corpora", {}).items()]
+    return "\n".join(lines) + "\n"
 
 
 def stopped_early_note(results: Mapping[str, Any]) -> str | None:
@@ -87,11 +98,16 @@ def _text(fields: Mapping[str, Any], specs: list[dict], eval_specs: list[dict],
     lines += ["", "## Reproduce", "", "```bash", "uat-train --config <this directory or repo id>", "```", "",
               f"The full configuration is in `{recipe_file}`."]
     if scores:
-        lines += ["", "## Results", "", "| corpus | BLEU | chrF |", "|---|---|---|"]
+        copies = any("bleu_copy" in values for values in scores.values())
+        lines += ["", "## Results", "", "| corpus | BLEU | chrF |" + (" copy BLEU | copy chrF |" if copies else ""),
+                  "|---|---|---|" + ("---|---|" if copies else "")]
         rows = [(name, name) for name in scores if name not in _MEANS]
         rows += [(label, key) for key, label in _MEANS.items() if key in scores]
-        lines += [f"| {label} | {_number(scores[key].get('bleu'))} | {_number(scores[key].get('chrf'))} |"
-                  for label, key in rows]
+        keys = ("bleu", "chrf", "bleu_copy", "chrf_copy") if copies else ("bleu", "chrf")
+        lines += [f"| {label} | " + " | ".join(_number(scores[key].get(k)) for k in keys) + " |" for label, key in rows]
+        if copies:
+            lines += ["", "Copy BLEU/chrF: the source sentence itself scored as the translation, a baseline that "
+                      "names, numbers and shared words earn without translating."]
     return "\n".join(lines) + "\n"
 
 
@@ -102,6 +118,10 @@ def _scores(results: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         for metric in METRICS:
             if key.startswith("eval_") and key.endswith(f"_{metric}") and isinstance(value, (int, float)):
                 scores.setdefault(key[len("eval_"):-len(metric) - 1], {})[metric] = float(value)
+    for name, values in scores.items():
+        for key in ("bleu_copy", "chrf_copy"):
+            if isinstance(results.get(f"eval_{name}_{key}"), (int, float)):
+                values[key] = float(results[f"eval_{name}_{key}"])
     return {name: scores[name] for name in sorted(scores) if "bleu" in scores[name]}
 
 

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..evaluation.copy_baseline import COPY_KEYS
 from ..utils.checkpoints import (
     BALANCING_STATE_FILE,
     checkpoint_bytes,
@@ -61,6 +62,7 @@ from .train_data import (
     check_lengths,
     check_model_lengths,
     check_tokenizer_codes,
+    evaluation_sources,
     language_codes_for,
     position_limit,
     say,
@@ -295,6 +297,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     if trainer.is_world_process_zero():
         for name, translation in translations.items():
             write_hypotheses(output_dir / HYPOTHESES_DIR, name, translation.hypotheses)
+    metrics.update(copy_baselines(data_args, translations))
     in_domain = {n: _scores(metrics, n) for n in eval_corpora if n not in ood}
     out_of_domain = {n: _scores(metrics, n) for n in ood}
     if in_domain and out_of_domain:
@@ -349,7 +352,26 @@ def finished_checkpoint(training_args) -> str | None:
 
 
 def _scores(metrics: dict[str, float], name: str) -> dict[str, float]:
-    return {"bleu": metrics[f"eval_{name}_bleu"], "chrf": metrics[f"eval_{name}_chrf"]}
+    keys = ("bleu", "chrf", *COPY_KEYS)
+    return {key: metrics[f"eval_{name}_{key}"] for key in keys if f"eval_{name}_{key}" in metrics}
+
+
+def copy_baselines(data_args: DataArguments, translations) -> dict[str, float]:
+    """``eval_<corpus>_bleu_copy`` / ``_chrf_copy`` / ``_copy_rate`` / ``_reference_copy_rate`` for every corpus
+    with references (:mod:`uat_hf.evaluation.copy_baseline`), and the macro means of the copy scores."""
+    from ..evaluation.copy_baseline import copy_metrics
+    from ..evaluation.metrics import macro_means
+
+    sources = evaluation_sources(data_args, [s for group in build_specs(data_args) for s in group])
+    metrics = {}
+    for name, translation in translations.items():
+        if translation.references is None or len(sources.get(name, ())) != len(translation.references):
+            continue
+        for key, value in copy_metrics(sources[name], translation.references, translation.hypotheses).items():
+            metrics[f"eval_{name}_{key}"] = value
+    names = [name for name in translations if f"eval_{name}_bleu_copy" in metrics]
+    metrics.update(macro_means(metrics, names, "eval", keys=("bleu_copy", "chrf_copy")))
+    return metrics
 
 
 def main(argv: Sequence[str] | None = None) -> int:

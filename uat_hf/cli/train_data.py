@@ -272,6 +272,23 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
     return data["train"], data.get("dev", {}), eval_corpora, list(ood)
 
 
+def evaluation_sources(data_args: DataArguments, specs: list[CorpusSpec]) -> dict[str, list[str]]:
+    """The source sentences of each corpus's ``eval_split``, as :func:`load_data` reads that split (cleaned as an
+    evaluation split, cut to ``max_eval_examples``): the copy baseline's hypotheses."""
+    from ..data.corpora import load_corpus_split
+    from ..data.preprocessing import preprocess
+
+    split, sources = data_args.eval_split, {}
+    for spec in specs:
+        if spec.split_location(split) is None:
+            continue
+        pairs = preprocess(load_corpus_split(spec, split, cache_dir=data_args.dataset_cache_dir),
+                           PreprocessingConfig(), corpus=spec.name, split=split)
+        column = pairs.data.column("source").to_pylist()
+        sources[spec.name] = column[:data_args.max_eval_examples] if data_args.max_eval_examples else column
+    return sources
+
+
 def streams(spec: CorpusSpec, data_args: DataArguments) -> bool:
     """Whether ``spec``'s train split is read as a stream: its own ``streaming`` field, else the recipe's."""
     return bool(data_args.streaming if spec.streaming is None else spec.streaming)

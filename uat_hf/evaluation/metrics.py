@@ -78,11 +78,24 @@ def _is_number(value: Any) -> bool:
 
 
 def format_table(per_corpus: Mapping[str, Mapping[str, float]]) -> str:
-    """A plain-text table of BLEU and chrF per corpus with the macro average as the last row."""
+    """A plain-text table of BLEU and chrF per corpus with the macro average as the last row; with the copy
+    baseline (:mod:`~uat_hf.evaluation.copy_baseline`) in every row, its BLEU and chrF and the share of words
+    copied from the source by the system and by the references follow."""
     width = max([len("mean")] + [len(name) for name in per_corpus])
-    lines = [f"{'corpus':<{width}}  {'BLEU':>6}  {'chrF':>6}"]
+    copies = all("bleu_copy" in scores and "copy_rate" in scores for scores in per_corpus.values())
+    header = f"{'corpus':<{width}}  {'BLEU':>6}  {'chrF':>6}"
+    lines = [header + (f"  {'copy BLEU':>9}  {'copy chrF':>9}  {'copied':>6}  {'ref':>5}" if copies else "")]
     for name, scores in per_corpus.items():
-        lines.append(f"{name:<{width}}  {scores['bleu']:6.2f}  {scores['chrf']:6.2f}")
-    lines.append(f"{'mean':<{width}}  {macro_average(per_corpus, 'bleu'):6.2f}  "
-                 f"{macro_average(per_corpus, 'chrf'):6.2f}")
+        line = f"{name:<{width}}  {scores['bleu']:6.2f}  {scores['chrf']:6.2f}"
+        if copies:
+            line += (f"  {scores['bleu_copy']:9.2f}  {scores['chrf_copy']:9.2f}  {scores['copy_rate']:6.0%}  "
+                     f"{scores['reference_copy_rate']:5.0%}")
+        lines.append(line)
+    mean = f"{'mean':<{width}}  {macro_average(per_corpus, 'bleu'):6.2f}  {macro_average(per_corpus, 'chrf'):6.2f}"
+    if copies:
+        mean += f"  {macro_average(per_corpus, 'bleu_copy'):9.2f}  {macro_average(per_corpus, 'chrf_copy'):9.2f}"
+    lines.append(mean)
+    if copies:
+        lines.append("copy BLEU/chrF: the source itself as the translation; copied: share of words that stand in the "
+                     "source (system, references)")
     return "\n".join(lines)
