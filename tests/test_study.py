@@ -343,7 +343,8 @@ def test_study_recipes_are_current_and_parse():
     # and the 4-prior share sweep; 7 noise setups × (proportional and audited on test, the sweep and audited on dev)
     assert len(on_disk) == 32 + 14 + 4 + 4 + 7 * (2 + 5)
     assert len(study_recipes.known_answer_cells()) == 22 + 7 * 7
-    training, data, *_ = cli.parse_arguments(["--config", str(folder / "untranslated-Adev-proportional-reweight.yaml")])
+    audited = folder / "untranslated-Adev-proportional-reweight.yaml"
+    training, data, *_ = cli.parse_arguments(["--config", str(audited)])
     assert (training.strategy, data.corpus_audit, data.eval_split) == ("proportional", "reweight", "dev")
     for setup, regime in study_recipes.REGIMES:
         assert 0.9 <= study_recipes.drift(setup, regime)["ratio"] <= 1.1  # DESIGN.md: travel ~ log-size spread

@@ -104,7 +104,8 @@ def _text(fields: Mapping[str, Any], specs: list[dict], eval_specs: list[dict],
         rows = [(name, name) for name in scores if name not in _MEANS]
         rows += [(label, key) for key, label in _MEANS.items() if key in scores]
         keys = ("bleu", "chrf", "bleu_copy", "chrf_copy") if copies else ("bleu", "chrf")
-        lines += [f"| {label} | " + " | ".join(_number(scores[key].get(k)) for k in keys) + " |" for label, key in rows]
+        lines += [f"| {label} | " + " | ".join(_number(scores[key].get(k)) for k in keys) + " |"
+                  for label, key in rows]
         if copies:
             lines += ["", "Copy BLEU/chrF: the source sentence itself scored as the translation, a baseline that "
                       "names, numbers and shared words earn without translating."]
