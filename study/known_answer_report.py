@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import statistics
 
-from grid import BROKEN_CORPUS, KNOWN_ANSWER, fixed_prior
+from grid import BROKEN_CORPUS, KNOWN_ANSWER, NOISE_ORACLE_SHARES, fixed_prior
+from noise import KINDS
 from stats import detectable, mean_sd, num
 
 from uat_hf.evaluation.history import load_history
@@ -26,9 +27,13 @@ def is_known_answer(group: str) -> bool:
     return group.split("-")[0] in KNOWN_ANSWER
 
 
+#: Setups whose broken corpus is sound data, only repeated: every corpus counts.
+REPEATED = ("duplicated", "neardup")
+
+
 def intact_corpora(setup: str, corpora: list[str]) -> list[str]:
-    """The corpora whose training data is sound: misaligned, all but the broken one; duplicated, all."""
-    return [c for c in corpora if setup != "misaligned" or c != BROKEN_CORPUS[setup]]
+    """The corpora whose training data is sound: all but the broken one, or all where it is only repeated."""
+    return [c for c in corpora if setup in REPEATED or c != BROKEN_CORPUS[setup]]
 
 
 def macro(run, corpora: list[str], metric: str) -> float:
@@ -82,16 +87,19 @@ def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[s
     """The section's lines: what the known answer is, one row per strategy (in ``strategies``' order) with its
     scores and its paired differences from ``baseline`` and from the oracle, then where each strategy's p went."""
     setup = group.split("-")[0]
-    broken, oracle = BROKEN_CORPUS[setup], fixed_prior(setup)
+    broken = BROKEN_CORPUS[setup]
+    oracle = fixed_prior(setup) if setup not in KINDS or setup in NOISE_ORACLE_SHARES else None
     corpora = sorted({c for r in runs for c in r.results["scores"]})
     intact = intact_corpora(setup, corpora)
     split = runs[0].results.get("split", "test")
     why = (f"{broken}'s training targets are misaligned (its {split} set is clean), so the right mix gives it "
            "almost nothing" if setup == "misaligned" else
-           f"{broken}'s training file is repeated (dedupe off), so the right mix is proportional without the copies")
+           f"{broken}'s training file is repeated (dedupe off), so the right mix is proportional without the copies"
+           if setup == "duplicated" else f"{broken}: {KINDS[setup][0].about} (its {split} set is clean)")
+    said = (f"Oracle (a fixed prior, cell `{setup}-A-oracle`): {', '.join(f'{c} {p:g}' for c, p in oracle.items())}"
+            if oracle else f"No oracle yet: the share sweep on the dev sets (`{setup}-Adev-*`) chooses it")
     lines = [f"### Known answer ({setup})", "",
-             f"{why}. Oracle (a fixed prior, cell `{setup}-A-oracle`): "
-             f"{', '.join(f'{c} {p:g}' for c, p in oracle.items())}. Intact corpora: {', '.join(intact)}. Δ is the "
+             f"{why}. {said}. Intact corpora: {', '.join(intact)}. Δ is the "
              f"paired difference from {baseline} (or from the oracle) of the same seed in the macro BLEU over the "
              "intact corpora, with the smallest Δ a two-sided paired t-test over the seeds detects (α = 0.05); "
              "\"of oracle's Δ\" is the share of the oracle's mean Δ over the same seeds that a strategy recovers.",
@@ -147,7 +155,7 @@ def _p_row(strategy: str, runs: list, broken: str, oracle: dict[str, float]) -> 
                for f in (1 / 3, 1 / 2)),
              mean_of([p[broken] for p in ends]),
              mean_of([max(distance(p, mix[0]) for p in mix) if mix else None for mix in mixes]),
-             mean_of([distance(p, oracle) for p in ends])]
+             mean_of([distance(p, oracle) for p in ends] if oracle else [])]
     return f"| {strategy} | {len(runs)} | " + " | ".join(num(c, ".3f") for c in cells) + " |"
 
 

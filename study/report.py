@@ -26,7 +26,8 @@ import grid
 import numpy as np
 import yaml
 from archive import ARCHIVE, STUDY, unpacked
-from known_answer_report import is_known_answer, known_answer_lines
+from copy_view import copy_view_lines
+from known_answer_report import intact_corpora, is_known_answer, known_answer_lines
 from stats import T_975, detectable, mean_sd  # noqa: F401 (T_975, detectable: this module's API too)
 from stats import num as _num
 
@@ -307,6 +308,8 @@ def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str],
             lines += [target_line(runs, baseline), "", *law_table(runs), ""]
         if is_known_answer(group):
             lines += known_answer_lines(group, runs, baseline, _strategies(runs))
+        view_corpora = intact_corpora(group.split("-")[0], corpora) if is_known_answer(group) else corpora
+        lines += copy_view_lines(runs, view_corpora, baseline, _strategies(runs), _corpus_dir(recipe.get("corpus_dir")))
     convergence = convergence_table(runs)
     if convergence:
         lines += ["### Convergence", "", *convergence, ""]
