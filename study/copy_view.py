@@ -74,7 +74,7 @@ def view_scores(run, pairs: dict[str, tuple]) -> dict[str, dict[str, float]]:
     for corpus, (sources, references) in pairs.items():
         hyps = hypotheses(run, corpus)
         if len(hyps) != len(references):
-            raise ValueError(f"{run.folder}: {len(hyps)} hypotheses for {len(references)} {corpus} references")
+            raise ValueError(f"{run.folder}: {len(hyps)} hypotheses, {len(references)} {corpus} references")
         keep = needs_translation(list(sources), list(references))
         scores, _ = translation_scores([h for h, k in zip(hyps, keep) if k], [r for r, k in zip(references, keep) if k])
         out[corpus] = {**scores, "copy_rate": copy_rate(hyps, list(sources))}
@@ -91,8 +91,9 @@ def copy_view_lines(runs: list, corpora: list[str], baseline: str, strategies: l
                 f"Not computed: the corpus folder `{corpus_dir or runs[0].recipe.get('corpus_dir')}` is not here "
                 "(python study/known_answer_data.py builds the study's).", ""]
     lines = ["### Copy baseline and the needs-translation view", "",
-             f"Copy: the source itself scored as the translation. The view keeps the pairs whose reference has fewer "
-             f"than {NEAR_COPY:.0%} of its words in its source; every run's archived hypotheses are re-scored on them. "
+             "Copy: the source itself scored as the translation. The view keeps the pairs whose reference has fewer "
+             f"than {NEAR_COPY:.0%} of its words in its source; every run's archived hypotheses are re-scored on "
+             "them. "
              "Copied: the share of the system's words that stand in the source (mean over seeds), beside the "
              "references'.", "", "| corpus | copy BLEU | copy chrF | references copied | pairs in the view |",
              "|---|---|---|---|---|"]

@@ -116,7 +116,7 @@ def test_uat_audit_prints_the_table_and_writes_the_report(tmp_path, capsys):
     out = tmp_path / "audit.json"
     assert main(["--corpus_dir", "bundled:multidomain-en-de", "--source_lang", "en", "--target_lang", "de",
                  "--output_dir", str(tmp_path / "run"), "--max_train_examples", "800",
-                 "--corpus_audit_sample", "600", "--output_json", str(out), "--strict"]) == 0
+                 "--output_json", str(out), "--strict"]) == 0
     printed = capsys.readouterr().out
     assert "corpus audit" in printed and "verdict" in printed
     report = json.loads(out.read_text())

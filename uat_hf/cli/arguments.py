@@ -141,13 +141,7 @@ class DataArguments:
     dedupe: bool = field(default=True, metadata={"help": "Drop repeated (source, target) training pairs."})
     corpus_audit: str = field(
         default="warn",
-        metadata={"help": "Before training, audit each training corpus against its own dev set (language of each "
-                  "side, copies of the source, near-duplicates, length ratio, word-translation adequacy, target "
-                  "fluency; docs/corpus_audit.md) and print the table: 'warn' (default) names suspect corpora, "
-                  "'reweight' also starts the prior from each corpus's effective clean size, 'off' skips it."},
-    )
-    corpus_audit_sample: int = field(
-        default=4000, metadata={"help": "Training pairs per corpus the corpus audit measures (a random sample)."}
+        metadata={"help": "Corpus audit: warn, reweight or off."},  # docs/corpus_audit.md
     )
     streaming: bool = field(
         default=False,
@@ -224,9 +218,6 @@ class DataArguments:
             raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {self.direction!r}.")
         if self.corpus_audit not in AUDIT_ACTIONS:
             raise ValueError(f"corpus_audit must be one of {list(AUDIT_ACTIONS)}, got {self.corpus_audit!r}.")
-        if not (isinstance(self.corpus_audit_sample, int) and self.corpus_audit_sample >= 100):
-            raise ValueError(f"corpus_audit_sample must be an integer >= 100 (training pairs per corpus), got "
-                             f"{self.corpus_audit_sample!r}.")
         if self.corpus_dir is not None:
             # Existence is checked when the data is loaded (still before training), so that a recipe parses on a
             # machine without its data (e.g. to inspect or edit it).

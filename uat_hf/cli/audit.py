@@ -35,7 +35,7 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
     preprocessing = PreprocessingConfig(max_length_ratio=data_args.max_length_ratio,
                                         max_source_words=data_args.max_source_words,
                                         max_target_words=data_args.max_target_words, dedupe=data_args.dedupe)
-    report = audit_specs(audited, preprocessing, sample=data_args.corpus_audit_sample, seed=seed,
+    report = audit_specs(audited, preprocessing, seed=seed,
                          cache_dir=data_args.dataset_cache_dir)
     say(f"corpus audit ({time.monotonic() - start:.0f}s; corpus_audit={data_args.corpus_audit}):\n{report.table()}"
         + (f"\nnot audited (streamed): {', '.join(skipped)}" if skipped else ""))
