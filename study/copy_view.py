@@ -76,7 +76,8 @@ def view_scores(run, pairs: dict[str, tuple]) -> dict[str, dict[str, float]]:
         if len(hyps) != len(references):
             raise ValueError(f"{run.folder}: {len(hyps)} hypotheses, {len(references)} {corpus} references")
         keep = needs_translation(list(sources), list(references))
-        scores, _ = translation_scores([h for h, k in zip(hyps, keep) if k], [r for r, k in zip(references, keep) if k])
+        scores, _ = translation_scores([h for h, k in zip(hyps, keep) if k],
+                                       [r for r, k in zip(references, keep) if k])
         out[corpus] = {**scores, "copy_rate": copy_rate(hyps, list(sources))}
     return out
 
