@@ -186,7 +186,11 @@ for _setup, (_kind, _transform) in noise.KINDS.items():
     }
 #: The oracle of a noise cell: the share of its broken corpus that won the share sweep on the dev sets (None:
 #: proportional won, the corpus is kept as it is). A cell has no oracle before its sweep has run.
-NOISE_ORACLE_SHARES: dict[str, float | None] = {}
+NOISE_ORACLE_SHARES: dict[str, float | None] = {
+    # untranslated-Adev, seed 11, macro over the intact corpora: proportional (0.414) BLEU 4.64 / chrF 25.43,
+    # share 0.01 5.25 / 27.89, 0.05 5.13 / 27.15, 0.15 5.25 / 27.33: 0.01 (BLEU tied with 0.15, chrF ahead).
+    "untranslated": 0.01,
+}
 NOISE_STRATEGIES = ("proportional", "proportional-reweight")
 KNOWN_STRATEGIES = ("proportional", "temperature", "uniform", "oracle", "multiuat-enteos", "multidds-s",
                     "mixing-law")
