@@ -219,6 +219,26 @@ def test_trainer_updates_at_the_interval_and_logs_p(tmp_path, corpora, tokenizer
     np.testing.assert_allclose(trainer.corpus_sampler.probabilities, list(history[-1]["probabilities"].values()))
 
 
+def test_every_update_reaches_the_log_at_its_own_step(tmp_path, corpora, tokenizer, tiny_model):
+    """Updates more often than logging_steps: each update logs at its step, none is replaced by the next."""
+    args = UATConfig(
+        output_dir=str(tmp_path / "out"), strategy="multiuat", measure="entsent", mc_samples=2, update_every=2,
+        max_steps=6, max_tokens=400, report_to=[], logging_steps=5, save_strategy="no", use_cpu=True,
+        disable_tqdm=True, scorer_lr=0.05,
+    )
+    trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+                         processing_class=tokenizer)
+    trainer.train()
+    history = [json.loads(line) for line in (tmp_path / "out" / HISTORY_FILE).read_text().splitlines()]
+    assert [h["step"] for h in history] == [2, 4, 6]
+    logged = {e["step"]: e for e in trainer.state.log_history if "balance/p_bible" in e}
+    assert sorted(logged) == [2, 4, 6]
+    for record in history:
+        assert logged[record["step"]]["balance/p_bible"] == pytest.approx(record["probabilities"]["bible"])
+        assert "loss" in logged[record["step"]]
+    assert len({logged[step]["balance/p_bible"] for step in logged}) == 3  # three different p, none dropped
+
+
 def test_nonfinite_rewards_skip_the_update(tiny_model, corpora, collate, caplog):
     sizes = {name: len(ds) for name, ds in corpora["train"].items()}
     sampler = CorpusBatchSampler.from_datasets(corpora["train"], build_distribution("multiuat", sizes),

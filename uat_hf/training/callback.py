@@ -192,7 +192,9 @@ class CorpusBalancingCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.reward is not None and self.distribution.proposer.measures_at(state.global_step, self.update_every):
-            self.update(model, state.global_step)
+            if self.update(model, state.global_step) is not None:
+                control.should_log = True  # each update's numbers join a log entry of their own step
+        return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         # The last update's numbers join the next training entry: the dict the loggers after us receive, and the
