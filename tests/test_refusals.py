@@ -223,3 +223,25 @@ def test_a_refused_resume_is_one_line_and_leaves_the_run_folder_byte_identical(t
     assert message in error and "\n" not in error
     assert str(out / "checkpoint-2") in error or "format" in error or "prior" in error
     assert tree_hashes(out) == before
+
+
+def test_a_strategy_path_that_is_not_a_class_is_one_line(tmp_path, capsys):
+    code, _, err = run_cli(tmp_path, capsys, tmp_path / "out", strategy="json:dumps")
+    assert "must be a subclass of uat_hf.strategies.base.BalancingStrategy" in error_of(code, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_corpus_in_corpus_probabilities_is_refused_before_anything_is_written(tmp_path, capsys):
+    code, out, err = run_cli(tmp_path, capsys, tmp_path / "out", strategy="fixed",
+                             corpus_probabilities={"de": 0.5, "nope": 0.5})
+    assert "corpus_probabilities names corpus 'nope'" in error_of(code, err)
+    assert not (tmp_path / "out").exists()  # no tokenizer, no empty folder
+    assert "tokenizer:" not in out  # refused before the tokenizer was trained
+
+
+def test_a_refusal_leaves_an_output_dir_that_existed_as_it_was(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    code, _, err = run_cli(tmp_path, capsys, tmp_path / "out", strategy="json:dumps")
+    error_of(code, err)
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..evaluation.copy_baseline import COPY_KEYS
+from ..sampling.priors import corpus_probabilities_for
 from ..utils.checkpoints import (
     BALANCING_STATE_FILE,
     checkpoint_bytes,
@@ -141,6 +143,8 @@ def prepare(
 
     check_lengths(position_limit(model_args), data_args)  # cheap early check, before any data is read
     specs, eval_specs = build_specs(data_args)
+    if training_args.corpus_probabilities is not None:  # its names, before anything is read or written
+        corpus_probabilities_for(training_args.corpus_probabilities, [spec.name for spec in specs])
     codes = language_codes_for(specs + eval_specs, data_args, model_args)
     prompt = causal_prompt(data_args) if model_args.is_causal else None
     tag_of, eval_tag_of = tags_for(specs, eval_specs, "none" if prompt else data_args.language_tags)
@@ -384,9 +388,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 2
     start = time.monotonic()
+    created = not os.path.exists(training_args.output_dir)
     try:
         trainer, eval_corpora, ood = prepare(training_args, data_args, model_args, run_args, start=start)
     except (ValueError, FileNotFoundError) as error:
+        if created:  # a refused run leaves nothing behind: no empty folder, no half-written tokenizer
+            shutil.rmtree(training_args.output_dir, ignore_errors=True)
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 2
     from ..training.nonfinite import NonFiniteLossError  # torch is loaded by now

@@ -108,7 +108,10 @@ def get_strategy(name: str) -> type[BalancingStrategy]:
                 cls = getattr(importlib.import_module(module), attribute)
             except (ImportError, AttributeError) as error:
                 raise ValueError(f"Strategy {name!r} names no importable class ({error}).") from error
-            _check_class(name, cls)
+            try:
+                _check_class(name, cls)
+            except TypeError as error:  # a user's spelling, not a programming error: one line, before any work
+                raise ValueError(str(error)) from None
             _IMPORTED[name] = cls
         return _IMPORTED[name]
     raise ValueError(
