@@ -103,6 +103,8 @@ def test_healthy_corpora_get_no_warning(learned, tokenizer, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="uat_hf.training.health_callback"):
         trainer.train()
     assert caplog.records == []
+    checked = [e["step"] for e in trainer.state.log_history if "health/bible_source_use" in e]
+    assert checked == [1, 2, 3, 4]  # silence after the checks ran, not for want of a check
 
 
 def test_the_checks_leave_training_unchanged(corpora, tokenizer, tmp_path):
@@ -116,9 +118,12 @@ def test_the_checks_leave_training_unchanged(corpora, tokenizer, tmp_path):
         args = UATConfig(output_dir=str(tmp_path / f"c{checks}"), max_steps=6, max_tokens=400, learning_rate=3e-3,
                          report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
                          corpus_health_checks=checks)
-        UATTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
-                   processing_class=tokenizer).train()
+        trainer = UATTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
+                             processing_class=tokenizer)
+        trainer.train()
         weights.append({k: v.clone() for k, v in model.state_dict().items()})
+        checked = [e["step"] for e in trainer.state.log_history if "health/bible_source_use" in e]
+        assert len(checked) == checks  # the run with checks measured them; the other did not
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 

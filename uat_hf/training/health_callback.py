@@ -66,6 +66,8 @@ class CorpusHealthCallback(TrainerCallback):
         step = state.global_step
         if model is not None and (step % self.every == 0 or step == state.max_steps):
             self.check(model, step)
+            control.should_log = True  # each check's numbers join a log entry of their own step
+        return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if join_training_log(state, logs, self._pending):
