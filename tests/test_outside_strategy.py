@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -100,8 +101,26 @@ def test_an_outside_strategy_is_found_by_registration_and_by_entry_point(tmp_pat
 
     with pytest.raises(ValueError, match="Strategy 'plugins.nowhere:Nothing' names no importable class"):
         UATConfig(output_dir=str(tmp_path), strategy="plugins.nowhere:Nothing", report_to=[])
-    with pytest.raises(TypeError, match="must be a subclass of uat_hf.strategies.base.BalancingStrategy"):
+    with pytest.raises(ValueError, match="must be a subclass of uat_hf.strategies.base.BalancingStrategy"):
         UATConfig(output_dir=str(tmp_path), strategy="json:dumps", report_to=[])
+
+
+def test_a_plugin_that_raises_on_import_breaks_only_the_runs_that_name_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    site = tmp_path / "site"
+    info = site / "broken_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[uat_hf.strategies]\nbroken = broken_plugin:Strategy\n")
+    (site / "broken_plugin.py").write_text("raise RuntimeError('this plugin is broken')\n")
+    monkeypatch.syspath_prepend(str(site))
+    assert "broken" in available_strategies()  # listed, not imported
+    for strategy in ("proportional", "multiuat", "temperature"):  # every other run builds its config as before
+        assert UATConfig(output_dir=str(tmp_path), strategy=strategy, report_to=[]).strategy == strategy
+    assert "broken_plugin" not in sys.modules
+    with pytest.raises(ValueError, match=r"Strategy 'broken' is installed as an entry point \(broken_plugin:Strategy\)"
+                                         r", but importing it failed: RuntimeError: this plugin is broken"):
+        UATConfig(output_dir=str(tmp_path), strategy="broken", report_to=[])
 
 
 def test_uat_train_takes_an_outside_strategy_by_module_and_class(tmp_path):

@@ -81,6 +81,13 @@ def available_strategies() -> tuple[str, ...]:
     return tuple(dict.fromkeys([*_REGISTRY, *_entry_points()]))
 
 
+def loaded_strategies() -> tuple[type[BalancingStrategy], ...]:
+    """The classes of the strategies loaded now (built-ins and those registered from Python or loaded by name),
+    without importing any installed entry point: what a check over every strategy may look at."""
+    _load_builtins()
+    return tuple(dict.fromkeys([*_REGISTRY.values(), *_IMPORTED.values()]))
+
+
 def split_variant(name: str) -> tuple[str, str | None]:
     """``(registered name, variant value)`` of a strategy setting: ``("multiuat", "entsent")`` for
     ``multiuat-entsent``; ``(name, None)`` for any other name."""
@@ -100,7 +107,12 @@ def get_strategy(name: str) -> type[BalancingStrategy]:
         return _REGISTRY[name]
     point = _entry_points().get(name)
     if point is not None:
-        return register_strategy(name, point.load())
+        try:
+            loaded = point.load()
+        except Exception as error:  # a broken plugin breaks the runs that name it, with its name
+            raise ValueError(f"Strategy {name!r} is installed as an entry point ({point.value}), but importing it "
+                             f"failed: {type(error).__name__}: {error}") from error
+        return register_strategy(name, loaded)
     if ":" in name:
         if name not in _IMPORTED:
             module, _, attribute = name.partition(":")

@@ -18,7 +18,7 @@ from transformers import Seq2SeqTrainingArguments
 from ..sampling.distribution import CorpusDistribution
 from ..sampling.priors import check_corpus_probabilities, corpus_probabilities_for, temperature_prior
 from ..strategies.base import BalancingStrategy
-from ..strategies.registry import available_strategies, get_strategy, split_variant
+from ..strategies.registry import get_strategy, loaded_strategies, split_variant
 from ..strategies.scorer import PRIOR_FITS
 from .balancing_arguments import DEFAULT_MEASURE, MC_BATCH_MODES, MEASURES, RELEASED_CODE_MEASURES, BalancingArguments
 
@@ -216,8 +216,7 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         """A knob that belongs to one strategy (its ``config_fields``) would silently do nothing under another:
         refused, in that strategy's words (:meth:`~uat_hf.strategies.base.BalancingStrategy.foreign_use`)."""
         chosen = self.strategy_class
-        for name in available_strategies():
-            owner = get_strategy(name)
+        for owner in loaded_strategies():  # never imports an installed plugin the run does not name
             given = {field_name: getattr(self, field_name) for field_name in owner.config_fields
                      if field_name not in chosen.config_fields and getattr(self, field_name, None) is not None}
             if given:
