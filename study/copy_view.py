@@ -96,14 +96,20 @@ def copy_view_lines(runs: list, corpora: list[str], baseline: str, strategies: l
              f"than {NEAR_COPY:.0%} of its words in its source; every run's archived hypotheses are re-scored on "
              "them. "
              "Copied: the share of the system's words that stand in the source (mean over seeds), beside the "
-             "references'.", "", "| corpus | copy BLEU | copy chrF | references copied | pairs in the view |",
-             "|---|---|---|---|---|"]
-    for corpus in corpora:
+             "references'. Runs above copy: of this group's runs, how many score above the copy baseline on that "
+             "corpus's whole set.", "",
+             "| corpus | copy BLEU | copy chrF | references copied | pairs in the view | runs above copy: BLEU "
+             "| chrF |",
+             "|---|---|---|---|---|---|---|"]
+    for corpus in sorted({c for r in runs for c in r.results["scores"]} & set(pairs)):
         sources, references = pairs[corpus]
         copy = copy_metrics(list(sources), list(references))
         kept = sum(needs_translation(list(sources), list(references)))
+        above = {m: sum(r.results["scores"][corpus][m] > copy[f"{m}_copy"] for r in runs)
+                 for m in ("bleu", "chrf")}
         lines.append(f"| {corpus} | {copy['bleu_copy']:.2f} | {copy['chrf_copy']:.2f} | "
-                     f"{copy['reference_copy_rate']:.0%} | {kept} of {len(references)} |")
+                     f"{copy['reference_copy_rate']:.0%} | {kept} of {len(references)} | "
+                     f"{above['bleu']} of {len(runs)} | {above['chrf']} of {len(runs)} |")
     scored = {id(run): view_scores(run, pairs) for run in runs}
     view = {id(run): {m: statistics.mean(scored[id(run)][c][m] for c in corpora) for m in ("bleu", "chrf")}
             for run in runs}
