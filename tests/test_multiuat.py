@@ -237,6 +237,16 @@ def test_every_update_reaches_the_log_at_its_own_step(tmp_path, corpora, tokeniz
         assert logged[record["step"]]["balance/p_bible"] == pytest.approx(record["probabilities"]["bible"])
         assert "loss" in logged[record["step"]]
     assert len({logged[step]["balance/p_bible"] for step in logged}) == 3  # three different p, none dropped
+    # The mix it ended with, portable: final_mix.json is what datasets.interleave_datasets takes
+    from datasets import interleave_datasets
+
+    mix = json.loads((tmp_path / "out" / "final_mix.json").read_text())
+    assert mix["probabilities"] == list(history[-1]["probabilities"].values()) == \
+        trainer.corpus_distribution.as_interleave_probabilities()
+    assert mix["corpora"] == list(history[-1]["probabilities"]) and mix["step"] == 6
+    mixed = interleave_datasets([corpora["train"][name] for name in mix["corpora"]],
+                                probabilities=mix["probabilities"], seed=0)
+    assert len(mixed) > 0
 
 
 def test_nonfinite_rewards_skip_the_update(tiny_model, corpora, collate, caplog):

@@ -115,6 +115,11 @@ class CorpusDistribution:
         """p by corpus name."""
         return dict(zip(self.names, self._p.tolist()))
 
+    def as_interleave_probabilities(self) -> list[float]:
+        """p in corpus-name order (:attr:`names`), as ``datasets.interleave_datasets(datasets, probabilities=...)``
+        takes it for datasets given in that order: the learned mix, taken to another tool."""
+        return self._p.tolist()
+
     # ------------------------------------------------------------------ changing p
     def set_probabilities(self, probabilities: Sequence[float] | Mapping[str, float]) -> None:
         """Set p of a static distribution by hand (a custom schedule, or a test); readers see it from their next

@@ -202,6 +202,14 @@ class CorpusBalancingCallback(TrainerCallback):
         if join_training_log(state, logs, self._pending_logs):
             self._pending_logs = {}
 
+    def on_train_end(self, args, state, control, **kwargs):
+        if args.should_save:  # the mix training ended with, for interleave_datasets or another trainer
+            os.makedirs(args.output_dir, exist_ok=True)
+            write_json_atomically(os.path.join(args.output_dir, FINAL_MIX_FILE), {
+                "step": state.global_step, "strategy": self.distribution.strategy,
+                "corpora": list(self.distribution.names),
+                "probabilities": self.distribution.as_interleave_probabilities()})
+
     def on_save(self, args, state, control, **kwargs):
         # After the Trainer's own files: a kill in between leaves a folder without the balancing state, which
         # checkpoint_problem() counts as incomplete, so resume never trusts it.
@@ -361,6 +369,11 @@ class CorpusBalancingCallback(TrainerCallback):
             state = {**state, "sampler": _rank_state(folder, args.process_index)}
         self.load_state_dict(state, records)
         self._history.keep(records)
+
+
+#: The mix a run ended with, in its output_dir: {"corpora": [...], "probabilities": [...]} in one order, so that
+#: ``interleave_datasets([datasets[c] for c in mix["corpora"]], probabilities=mix["probabilities"])`` takes it.
+FINAL_MIX_FILE = "final_mix.json"
 
 
 def join_training_log(state: Any, logs: dict | None, numbers: Mapping[str, float]) -> bool:
