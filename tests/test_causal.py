@@ -14,7 +14,7 @@ from conftest import multidomain_specs
 from uat_hf.data.causal_data import CausalPrompt
 from uat_hf.data.corpora import load_corpora
 from uat_hf.evaluation.causal_eval import prompt_lengths
-from uat_hf.models.causal_model import is_causal_lm
+from uat_hf.models.causal_lm import is_causal_lm
 from uat_hf.strategies.multidds_s.gradient_cosine import GradientCosineReward, _token_loss_sum
 from uat_hf.strategies.multiuat.measures import MEASURES
 from uat_hf.strategies.multiuat.uncertainty import batch_sentence_uncertainty

@@ -11,7 +11,7 @@ from transformers import AutoConfig
 from uat_hf.cli import train as cli
 from uat_hf.cli.evaluate import main as evaluate_main
 from uat_hf.data.causal_data import PROMPT_FILE
-from uat_hf.models.causal_models import is_causal_checkpoint
+from uat_hf.models.causal_presets import is_causal_checkpoint
 
 RECIPE = {
     "strategy": "multiuat", "measure": "enteos", "mc_samples": 2, "update_every": 2, "dev_batch_tokens": 400,

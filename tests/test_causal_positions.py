@@ -12,7 +12,7 @@ from transformers import DataCollatorForSeq2Seq, GPT2Config, GPT2LMHeadModel
 from conftest import multidomain_specs
 from uat_hf.data.causal_data import CausalPrompt
 from uat_hf.data.corpora import load_corpora
-from uat_hf.models.causal_model import mask_position_ids
+from uat_hf.models.causal_lm import mask_position_ids
 from uat_hf.strategies.mixing_law.dev_loss import dev_loss_sums
 from uat_hf.strategies.multiuat.measures import MEASURES
 from uat_hf.strategies.multiuat.uncertainty import batch_sentence_uncertainty

@@ -31,7 +31,7 @@ NOT_IMPORTED = {
     "ruff": "a linter, run as a command (`ruff check .` in .ci/run), never imported",
 }
 #: Imported by uat_hf only inside the function of an optional feature, and declared by that extra.
-OPTIONAL_IMPORTS = {"peft": "peft"}  # LoRA adapters for decoder-only models (uat_hf/models/causal_models.py)
+OPTIONAL_IMPORTS = {"peft": "peft"}  # LoRA adapters for decoder-only models (uat_hf/models/causal_presets.py)
 
 
 def canonical(name: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..data.corpus_specs import DIRECTIONS, SPLITS, resolve_bundled
 from ..data.language_codes import CODE_SCHEMES
-from ..models.causal_models import CAUSAL_PRESETS
+from ..models.causal_presets import CAUSAL_PRESETS
 from ..models.presets import MODEL_PRESETS
 from ..utils.hub_errors import is_hub_id
 from .field_values import as_corpus_specs, as_language_codes, as_mapping, check_positive, check_string_fields
@@ -371,7 +371,7 @@ class ModelArguments:
     @property
     def is_causal(self) -> bool:
         """A decoder-only model (causal preset, or a checkpoint whose config says so): it reads prompts."""
-        from ..models.causal_models import is_causal_checkpoint
+        from ..models.causal_presets import is_causal_checkpoint
 
         return is_causal_checkpoint(self.model_name_or_path)
 

@@ -114,7 +114,7 @@ def _run(data_args: DataArguments, args: EvaluateArguments) -> None:
         source_length_limit,
         write_hypotheses,
     )
-    from ..models.causal_model import is_causal_lm
+    from ..models.causal_lm import is_causal_lm
     from ..training.uat_config import UATConfig
     from ..training.uat_trainer import UATTrainer
     from .train_data import check_tokenizer_codes, evaluation_specs, language_codes_for, tags_for

@@ -376,7 +376,7 @@ def position_limit(model_args: ModelArguments) -> int | None:
     config cannot be read yet (``build_model`` then says why)."""
     overrides = model_args.config_overrides()
     if model_args.is_preset:
-        from ..models.causal_models import CAUSAL_PRESETS
+        from ..models.causal_presets import CAUSAL_PRESETS
         from ..models.presets import MODEL_PRESETS
 
         preset = {**MODEL_PRESETS, **CAUSAL_PRESETS}[model_args.model_name_or_path]

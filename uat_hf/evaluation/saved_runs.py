@@ -25,7 +25,7 @@ from transformers import AutoModelForSeq2SeqLM, PreTrainedModel, PreTrainedToken
 
 from ..data.corpus_specs import SPLITS, CorpusSpec, corpus_specs_from_directory
 from ..data.tokenization import load_tokenizer
-from ..models.causal_models import is_causal_checkpoint, load_causal_model
+from ..models.causal_presets import is_causal_checkpoint, load_causal_model
 from ..utils.hub_errors import is_hub_id
 from ..utils.names import check_corpus_name
 

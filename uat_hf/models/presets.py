@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..utils.hub_errors import HubUnavailableError, hub_unavailable_message, is_hub_id, is_hub_unreachable
-from .causal_models import build_causal_model, is_causal_checkpoint
+from .causal_presets import build_causal_model, is_causal_checkpoint
 
 if TYPE_CHECKING:  # the model classes import torch: only the functions that build a model load them
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -99,8 +99,8 @@ def build_model(
             attributes passed to ``from_pretrained``.
         lora: ``peft.LoraConfig`` fields: train a LoRA adapter (decoder-only models only).
 
-    A decoder-only preset or checkpoint (:func:`~uat_hf.models.causal_models.is_causal_checkpoint`) is built by
-    :func:`~uat_hf.models.causal_models.build_causal_model`; its generation length is counted in new tokens at
+    A decoder-only preset or checkpoint (:func:`~uat_hf.models.causal_presets.is_causal_checkpoint`) is built by
+    :func:`~uat_hf.models.causal_presets.build_causal_model`; its generation length is counted in new tokens at
     translation time, so ``max_length`` is not set on it.
     """
     if is_causal_checkpoint(preset_or_path):

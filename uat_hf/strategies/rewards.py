@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..models.causal_model import causal_target_logits, is_causal_lm
+from ..models.causal_lm import causal_target_logits, is_causal_lm
 from ..utils.columns import MODEL_COLUMNS
 from .multiuat.measures import IGNORE_INDEX, position_statistics
 
@@ -98,7 +98,7 @@ class BalancingReward:
 
 def require_supported_model(model: nn.Module) -> None:
     """Refuse a model that is neither encoder-decoder (``config.is_encoder_decoder``) nor a decoder-only causal
-    LM (:func:`~uat_hf.models.causal_model.is_causal_lm`), naming its class.
+    LM (:func:`~uat_hf.models.causal_lm.is_causal_lm`), naming its class.
 
     Why: the rewards read the logits that predict each label, and know where those are for these two kinds only
     (position t for a sequence-to-sequence model, t - 1 for a causal LM); for any other model (an encoder-only
@@ -218,7 +218,7 @@ def target_logits(model: nn.Module, batch: Mapping[str, torch.Tensor], mask: tor
     A peft model is read through its base model, whose layers carry the adapters. A sharded model
     (:func:`sharding`) is called as a whole: its root gathers the parameters its submodules share, so the
     output layer then runs at every position. A decoder-only model's logits are shifted by one
-    (:func:`~uat_hf.models.causal_model.causal_target_logits`).
+    (:func:`~uat_hf.models.causal_lm.causal_target_logits`).
     """
     features, head = _target_features(model, batch, mask)
     return head(features)

@@ -29,7 +29,7 @@ from transformers import DataCollatorForSeq2Seq, DefaultFlowCallback
 from transformers.trainer_utils import seed_worker
 
 from ..data.language_codes import language_code_ids
-from ..models.causal_model import is_causal_lm
+from ..models.causal_lm import is_causal_lm
 from ..sampling.sampler import CorpusBatchSampler
 from ..sampling.stream_batches import StreamBatchSampler, StreamedExamples
 from ..strategies.registry import get_strategy

@@ -40,7 +40,7 @@ from ..evaluation import user_metrics
 from ..evaluation.causal_eval import continuation, first_line, left_padding, prompt_only
 from ..evaluation.corpus_evaluation import corpus_references, in_original_order, longest_source_first_order
 from ..evaluation.metrics import detokenize, macro_means, translation_scores
-from ..models.causal_model import is_causal_lm
+from ..models.causal_lm import is_causal_lm
 from ..sampling.distribution import CorpusDistribution
 from ..strategies.rewards import require_supported_model
 from ..utils.checkpoints import (

@@ -70,7 +70,7 @@ def build_causal_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase, *,
     """
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    from .causal_model import is_causal_lm
+    from .causal_lm import is_causal_lm
 
     if tokenizer.eos_token_id is None:
         raise ValueError("A causal LM ends its translation with EOS, but the tokenizer has no eos_token.")
