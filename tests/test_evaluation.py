@@ -12,7 +12,8 @@ import yaml
 
 from conftest import MULTIDOMAIN
 from uat_hf.cli.evaluate import main as evaluate_main
-from uat_hf.data.corpora import BUNDLED_DIR, load_corpora
+from uat_hf.data.corpora import BUNDLED_DIR, load_corpora, load_corpus_split
+from uat_hf.evaluation.copy_baseline import copy_metrics
 from uat_hf.evaluation.metrics import macro_average
 from uat_hf.evaluation.saved_runs import (
     eval_set_specs,
@@ -146,6 +147,12 @@ def test_uat_evaluate_scores_what_the_trainers_evaluation_scores(first_run, mode
         assert metrics[f"eval_{name}_bleu"] == pytest.approx(scores[name]["bleu"])
         assert metrics[f"eval_{name}_chrf"] == pytest.approx(scores[name]["chrf"])
         assert read_hypotheses(out / "hypotheses", name) == trainer.translate(name, max_new_tokens=6)[name].hypotheses
+        # ... and the copy baseline beside them: the test set's own sources scored as the translation
+        translation = trainer.translate(name, max_new_tokens=6)[name]
+        spec = next(spec for spec in specs if spec.name == name)
+        sources = [source.strip() for source in load_corpus_split(spec, "test")["source"]][:SENTENCES]
+        expected = copy_metrics(sources, translation.references, translation.hypotheses)
+        assert {key: scores[name][key] for key in expected} == pytest.approx(expected)
 
 
 def test_test_set_specs_follow_the_direction_and_need_only_the_split(tmp_path, tokenizer):

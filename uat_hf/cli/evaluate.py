@@ -107,6 +107,7 @@ def _run(data_args: DataArguments, args: EvaluateArguments) -> None:
 
     from ..data.causal_data import CausalPrompt
     from ..data.corpora import load_corpora
+    from ..evaluation.copy_baseline import copy_metrics
     from ..evaluation.saved_runs import (
         eval_set_specs,
         load_translation_model,
@@ -117,7 +118,7 @@ def _run(data_args: DataArguments, args: EvaluateArguments) -> None:
     from ..models.causal_lm import is_causal_lm
     from ..training.uat_config import UATConfig
     from ..training.uat_trainer import UATTrainer
-    from .train_data import check_tokenizer_codes, evaluation_specs, language_codes_for, tags_for
+    from .train_data import check_tokenizer_codes, evaluation_sources, evaluation_specs, language_codes_for, tags_for
 
     datasets.disable_progress_bars()  # a bar per tiny map() over each test set is noise here
     if args.torch_num_threads is not None:
@@ -170,6 +171,11 @@ def _run(data_args: DataArguments, args: EvaluateArguments) -> None:
         write_hypotheses(hypotheses_dir, name, translation.hypotheses)
     scores = {name: {metric: t.output.metrics[f"{split}_{name}_{metric}"] for metric in ("bleu", "chrf")}
               for name, t in translations.items()}
+    sources = evaluation_sources(data_args, in_domain + ood)
+    for name, translation in translations.items():  # the copy baseline beside each corpus's scores
+        if translation.references is not None and len(sources.get(name, ())) >= len(translation.references):
+            scores[name].update(copy_metrics(sources[name][:len(translation.references)], translation.references,
+                                             translation.hypotheses))
     signatures = trainer.metric_signatures
 
     in_names = [spec.name for spec in in_domain]
