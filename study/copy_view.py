@@ -47,10 +47,21 @@ def evaluation_pairs(recipe_file: str, folder: str, split: str) -> dict[str, tup
         if spec.split_location(split) is None:
             continue
         rows = preprocess(load_corpus_split(spec, split), PreprocessingConfig(), corpus=spec.name, split=split)
-        limit = data.max_eval_examples
-        pairs[spec.name] = (tuple(rows.data.column("source").to_pylist()[:limit]),
-                            tuple(rows.data.column("target").to_pylist()[:limit]))
+        pairs[spec.name] = (tuple(rows.data.column("source").to_pylist()),
+                            tuple(rows.data.column("target").to_pylist()))
     return pairs
+
+
+def scored_pairs(run, pairs: dict[str, tuple]) -> dict[str, tuple]:
+    """The first pairs of each corpus, as many as the run's archived hypotheses: what uat-evaluate scored (it
+    takes a prefix of each set when told to translate fewer sentences)."""
+    out = {}
+    for corpus, (sources, references) in pairs.items():
+        count = len(hypotheses(run, corpus))
+        if count > len(references):
+            raise ValueError(f"{run.folder}: {count} {corpus} hypotheses for {len(references)} references")
+        out[corpus] = (sources[:count], references[:count])
+    return out
 
 
 def run_pairs(run, corpus_dir: str | None) -> dict[str, tuple] | None:
@@ -71,10 +82,8 @@ def hypotheses(run, corpus: str) -> list[str]:
 def view_scores(run, pairs: dict[str, tuple]) -> dict[str, dict[str, float]]:
     """Per corpus: BLEU and chrF of the run's hypotheses on the pairs that need translation."""
     out = {}
-    for corpus, (sources, references) in pairs.items():
+    for corpus, (sources, references) in scored_pairs(run, pairs).items():
         hyps = hypotheses(run, corpus)
-        if len(hyps) != len(references):
-            raise ValueError(f"{run.folder}: {len(hyps)} hypotheses, {len(references)} {corpus} references")
         keep = needs_translation(list(sources), list(references))
         scores, _ = translation_scores([h for h, k in zip(hyps, keep) if k],
                                        [r for r, k in zip(references, keep) if k])
@@ -87,6 +96,8 @@ def copy_view_lines(runs: list, corpora: list[str], baseline: str, strategies: l
     """The section: the copy baseline per corpus, then per strategy its macro BLEU and chrF over ``corpora`` in
     the needs-translation view with the paired Δ from ``baseline`` and the smallest Δ its seeds detect."""
     pairs = run_pairs(runs[0], corpus_dir)
+    if pairs is not None:
+        pairs = {c: p for c, p in pairs.items() if (runs[0].folder / "hypotheses" / f"{c}.txt.gz").is_file()}
     if pairs is None:
         return ["### Copy baseline and the needs-translation view", "",
                 f"Not computed: the corpus folder `{corpus_dir or runs[0].recipe.get('corpus_dir')}` is not here "
@@ -101,8 +112,9 @@ def copy_view_lines(runs: list, corpora: list[str], baseline: str, strategies: l
              "| corpus | copy BLEU | copy chrF | references copied | pairs in the view | runs above copy: BLEU "
              "| chrF |",
              "|---|---|---|---|---|---|---|"]
+    first = scored_pairs(runs[0], pairs)
     for corpus in sorted({c for r in runs for c in r.results["scores"]} & set(pairs)):
-        sources, references = pairs[corpus]
+        sources, references = first[corpus]
         copy = copy_metrics(list(sources), list(references))
         kept = sum(needs_translation(list(sources), list(references)))
         above = {m: sum(r.results["scores"][corpus][m] > copy[f"{m}_copy"] for r in runs)

@@ -125,10 +125,12 @@ def test_known_answer_recipes_differ_from_regime_a_only_where_the_cell_needs_it(
         twin = plain if plain in recipes.study_strategies() else "proportional"
         base = yaml.safe_load(texts[f"multidomain-A-{twin}.yaml"])
         differing = {key for key in fields.keys() | base.keys() if fields.get(key) != base.get(key)}
-        assert differing <= allowed | (guard.keys() if plain != strategy else set()), (setup, regime, strategy,
-                                                                                       differing)
-        assert {key: fields.get(key) for key in guard} == (guard if plain != strategy else
-                                                           {key: None for key in guard}), strategy
+        audited = strategy.endswith(recipes.AUDIT_SUFFIX)
+        guarded = strategy.removesuffix(recipes.AUDIT_SUFFIX) != plain
+        extra = (guard.keys() if guarded else set()) | ({"corpus_audit"} if audited else set())
+        assert differing <= allowed | extra, (setup, regime, strategy, differing)
+        assert {key: fields.get(key) for key in guard} == (guard if guarded else {key: None for key in guard})
+        assert fields.get("corpus_audit") == ("reweight" if audited else None), strategy
         assert fields["corpus_dir"] == f"runs/known-answer/{setup}"
         assert fields.get("dedupe", True) is (setup != "duplicated")
         assert fields.get("eval_split", "test") == ("dev" if regime == recipes.SWEEP_REGIME else "test")
@@ -150,7 +152,7 @@ def test_each_cell_runs_its_own_seeds_unless_told_and_known_answer_groups_compar
                      "misaligned-Adev-share0.05": [11], "multidomain-A-uniform": [1, 2, 3]}
     assert {r.seed for r in driver.select(cells, seeds=(7,))} == {7}
     assert 11 not in {s for cell in recipes.all_recipes() for s in recipes.default_seeds(cell[:-5])
-                      if not cell.startswith("misaligned-Adev")}
+                      if "-Adev-" not in cell}
 
     folder = tmp_path / "recipes"
     folder.mkdir()

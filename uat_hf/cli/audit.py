@@ -48,6 +48,14 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
     return report
 
 
+def audited_sizes(audit, data_args: DataArguments, train) -> dict[str, float] | None:
+    """With ``corpus_audit: reweight``, the sizes the prior counts: each suspect corpus's examples times its clean
+    share (the audit sees map-style corpora only, so a run with a stream keeps its sizes)."""
+    if audit is None or data_args.corpus_audit != "reweight" or not audit.suspects or set(train) - set(audit.corpora):
+        return None
+    return audit.effective_sizes({name: len(dataset) for name, dataset in train.items()})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     argv = list(sys.argv[1:] if argv is None else argv)

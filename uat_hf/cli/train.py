@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..evaluation.copy_baseline import COPY_KEYS
+from ..evaluation.copy_baseline import COPY_KEYS, copy_baseline_metrics
 from ..sampling.priors import corpus_probabilities_for
 from ..utils.checkpoints import (
     BALANCING_STATE_FILE,
@@ -51,7 +51,7 @@ from ..utils.checkpoints import (
     resolve_resume_checkpoint,
 )
 from .arguments import DataArguments, ModelArguments
-from .audit import run_audit
+from .audit import audited_sizes, run_audit
 from .parsing import exit_on_help, make_help_parser, make_parser, portable_paths
 from .preparation import prepare_data
 from .recipe import Recipe
@@ -207,14 +207,6 @@ def prepare(
     return trainer, eval_corpora, ood
 
 
-def audited_sizes(audit, data_args: DataArguments, train) -> dict[str, float] | None:
-    """With ``corpus_audit: reweight``, the sizes the prior counts: each suspect corpus's examples times its clean
-    share (the audit sees map-style corpora only, so a run with a stream keeps its sizes)."""
-    if audit is None or data_args.corpus_audit != "reweight" or not audit.suspects or set(train) - set(audit.corpora):
-        return None
-    return audit.effective_sizes({name: len(dataset) for name, dataset in train.items()})
-
-
 class DiskFullError(OSError):
     """Training stopped because ``output_dir`` ran out of space while saving."""
 
@@ -301,7 +293,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
     if trainer.is_world_process_zero():
         for name, translation in translations.items():
             write_hypotheses(output_dir / HYPOTHESES_DIR, name, translation.hypotheses)
-    metrics.update(copy_baselines(data_args, translations))
+    metrics.update(copy_baseline_metrics(
+        evaluation_sources(data_args, [s for group in build_specs(data_args) for s in group]), translations, "eval"))
     in_domain = {n: _scores(metrics, n) for n in eval_corpora if n not in ood}
     out_of_domain = {n: _scores(metrics, n) for n in ood}
     if in_domain and out_of_domain:
@@ -358,24 +351,6 @@ def finished_checkpoint(training_args) -> str | None:
 def _scores(metrics: dict[str, float], name: str) -> dict[str, float]:
     keys = ("bleu", "chrf", *COPY_KEYS)
     return {key: metrics[f"eval_{name}_{key}"] for key in keys if f"eval_{name}_{key}" in metrics}
-
-
-def copy_baselines(data_args: DataArguments, translations) -> dict[str, float]:
-    """``eval_<corpus>_bleu_copy`` / ``_chrf_copy`` / ``_copy_rate`` / ``_reference_copy_rate`` for every corpus
-    with references (:mod:`uat_hf.evaluation.copy_baseline`), and the macro means of the copy scores."""
-    from ..evaluation.copy_baseline import copy_metrics
-    from ..evaluation.metrics import macro_means
-
-    sources = evaluation_sources(data_args, [s for group in build_specs(data_args) for s in group])
-    metrics = {}
-    for name, translation in translations.items():
-        if translation.references is None or len(sources.get(name, ())) != len(translation.references):
-            continue
-        for key, value in copy_metrics(sources[name], translation.references, translation.hypotheses).items():
-            metrics[f"eval_{name}_{key}"] = value
-    names = [name for name in translations if f"eval_{name}_bleu_copy" in metrics]
-    metrics.update(macro_means(metrics, names, "eval", keys=("bleu_copy", "chrf_copy")))
-    return metrics
 
 
 def main(argv: Sequence[str] | None = None) -> int:

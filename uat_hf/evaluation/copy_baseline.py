@@ -11,7 +11,8 @@ the references' copies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .metrics import translation_scores
 
@@ -42,3 +43,21 @@ def copy_metrics(sources: Sequence[str], references: Sequence[str],
     if hypotheses is not None:
         out["copy_rate"] = copy_rate(hypotheses, sources)
     return out
+
+
+def copy_baseline_metrics(sources: Mapping[str, Sequence[str]], translations: Mapping[str, Any],
+                          prefix: str) -> dict[str, float]:
+    """``<prefix>_<corpus>_<key>`` (:data:`COPY_KEYS`) for every translated corpus with references whose sources
+    are given, and ``<prefix>_mean_bleu_copy`` / ``_chrf_copy`` over them. ``translations``: name →
+    :class:`~uat_hf.training.uat_trainer.CorpusTranslation` (``hypotheses``, ``references``)."""
+    from .metrics import macro_means
+
+    metrics = {}
+    for name, translation in translations.items():
+        if translation.references is None or len(sources.get(name, ())) != len(translation.references):
+            continue
+        for key, value in copy_metrics(sources[name], translation.references, translation.hypotheses).items():
+            metrics[f"{prefix}_{name}_{key}"] = value
+    names = [name for name in translations if f"{prefix}_{name}_bleu_copy" in metrics]
+    metrics.update(macro_means(metrics, names, prefix, keys=("bleu_copy", "chrf_copy")))
+    return metrics

@@ -120,6 +120,11 @@ class CorpusDistribution:
         takes it for datasets given in that order: the learned mix, taken to another tool."""
         return self._p.tolist()
 
+    def final_mix(self) -> dict[str, Any]:
+        """What ``final_mix.json`` holds: the strategy, the corpora and p in one order."""
+        return {"strategy": self.strategy, "corpora": list(self.names),
+                "probabilities": self.as_interleave_probabilities()}
+
     # ------------------------------------------------------------------ changing p
     def set_probabilities(self, probabilities: Sequence[float] | Mapping[str, float]) -> None:
         """Set p of a static distribution by hand (a custom schedule, or a test); readers see it from their next

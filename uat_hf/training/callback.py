@@ -27,7 +27,6 @@ numbers join the Trainer's next training log entry: the one its loggers receive 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -45,9 +44,11 @@ from ..sampling.sampler import CorpusBatchSampler
 from ..strategies.rewards import BalancingReward
 from ..utils.checkpoints import (
     BALANCING_STATE_FILE,
+    FINAL_MIX_FILE,
     HISTORY_FILE,
     STREAM_STATE_FILE,
     HistoryFile,
+    read_stream_state,
     write_json_atomically,
 )
 from ..utils.columns import model_columns
@@ -205,10 +206,8 @@ class CorpusBalancingCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if args.should_save:  # the mix training ended with, for interleave_datasets or another trainer
             os.makedirs(args.output_dir, exist_ok=True)
-            write_json_atomically(os.path.join(args.output_dir, FINAL_MIX_FILE), {
-                "step": state.global_step, "strategy": self.distribution.strategy,
-                "corpora": list(self.distribution.names),
-                "probabilities": self.distribution.as_interleave_probabilities()})
+            write_json_atomically(os.path.join(args.output_dir, FINAL_MIX_FILE),
+                                  {"step": state.global_step, **self.distribution.final_mix()})
 
     def on_save(self, args, state, control, **kwargs):
         # After the Trainer's own files: a kill in between leaves a folder without the balancing state, which
@@ -366,14 +365,9 @@ class CorpusBalancingCallback(TrainerCallback):
         saved_in = os.path.join(os.path.dirname(os.path.abspath(folder)), HISTORY_FILE)
         records = self._history.records(CorpusDistribution.records_in(state["distribution"]), source=saved_in)
         if getattr(self.sampler, "per_rank_state", False):
-            state = {**state, "sampler": _rank_state(folder, args.process_index)}
+            state = {**state, "sampler": read_stream_state(folder, args.process_index)}
         self.load_state_dict(state, records)
         self._history.keep(records)
-
-
-#: The mix a run ended with, in its output_dir: {"corpora": [...], "probabilities": [...]} in one order, so that
-#: ``interleave_datasets([datasets[c] for c in mix["corpora"]], probabilities=mix["probabilities"])`` takes it.
-FINAL_MIX_FILE = "final_mix.json"
 
 
 def join_training_log(state: Any, logs: dict | None, numbers: Mapping[str, float]) -> bool:
@@ -386,16 +380,6 @@ def join_training_log(state: Any, logs: dict | None, numbers: Mapping[str, float
     if state.log_history and state.log_history[-1].get("step") == state.global_step:
         state.log_history[-1].update(numbers)
     return True
-
-
-def _rank_state(folder: str, rank: int) -> dict:
-    """The stream sampler state rank ``rank`` saved in checkpoint ``folder``."""
-    path = os.path.join(folder, STREAM_STATE_FILE.format(rank=rank))
-    if not os.path.isfile(path):
-        raise ValueError(f"Cannot resume the streamed corpora of process {rank}: {path} is missing. Resume on as many "
-                         "processes as the run that saved the checkpoint, from a checkpoint every process saved.")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def _rows(dataset, indices: Sequence[int]) -> list[dict]:

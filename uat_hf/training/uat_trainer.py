@@ -7,8 +7,7 @@ What it adds to the stock trainer, and why:
   because ``interleave_datasets`` cannot change its mix during training.
 * **Balancing** is wired by :func:`~uat_hf.training.balancing.attach_balancing` from the arguments, as it would be on
   a stock trainer: the :class:`~uat_hf.sampling.distribution.CorpusDistribution` that owns p, the sampler that reads
-  it, and the :class:`~uat_hf.training.callback.CorpusBalancingCallback` that updates it, saves its state into each
-  checkpoint folder and adds its numbers to the Trainer's log entries, as on a stock trainer.
+  it, and the :class:`~uat_hf.training.callback.CorpusBalancingCallback` that updates it, checkpoints and logs it.
 * **Evaluation** has one path, :meth:`UATTrainer.translate`, used by ``evaluate``, ``predict`` and
   ``uat-evaluate``: the Trainer's own generation loop (distributed, FSDP-aware) over each named corpus,
   longest source first so that batches pad and wait little, then detokenized hypotheses scored against the
@@ -94,9 +93,8 @@ class UATTrainer(Seq2SeqTrainer):
             tokenizer places codes (a warning names a corpus whose labels show none). They are saved beside the
             model (``corpus_generation_kwargs.json``); a code shared by every corpus also goes into the model's
             ``generation_config`` (``forced_bos_token_id``), so a reloaded model generates in that language.
-        corpus_sizes: name → the size the prior counts for that corpus (default: its examples), e.g. a corpus
-            audit's effective sizes (:meth:`uat_hf.data.audit.AuditReport.effective_sizes`).
-        corpus_audit: the :class:`~uat_hf.data.audit.AuditReport` of the training corpora, kept for the results.
+        corpus_sizes: name → the size the prior counts (default: its examples; the audit's effective sizes).
+        corpus_audit: the :class:`~uat_hf.data.audit.AuditReport` of the training corpora, for the results.
         Remaining keyword arguments go to ``Seq2SeqTrainer``.
     """
 
@@ -162,10 +160,9 @@ class UATTrainer(Seq2SeqTrainer):
             callbacks=callbacks,
             **kwargs,
         )
-        self.corpus_audit = corpus_audit  # the AuditReport of the training corpora, when one ran (uat-train)
-        self.balancing = (attach_balancing(self, self.train_corpora, self.dev_corpora,
-                                           corpus_sizes=corpus_sizes) if train_corpora is not None
-                          else None)
+        self.corpus_audit = corpus_audit
+        self.balancing = None if train_corpora is None else attach_balancing(
+            self, self.train_corpora, self.dev_corpora, corpus_sizes=corpus_sizes)
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
         watch_nonfinite_loss(self)
         self._read_generation_codes()

@@ -41,6 +41,9 @@ BALANCING_STATE_FILE = "uat_balancing_state.json"
 STREAM_STATE_FILE = "uat_stream_state-{rank}.json"
 #: One JSON record per balancing update (step, rewards, p, ...), appended in the training ``output_dir``.
 HISTORY_FILE = "balancing_history.jsonl"
+#: The mix a run ended with, in its output_dir: {"corpora": [...], "probabilities": [...]} in one order, so that
+#: ``interleave_datasets([datasets[c] for c in mix["corpora"]], probabilities=mix["probabilities"])`` takes it.
+FINAL_MIX_FILE = "final_mix.json"
 #: The name of the Trainer's own state file, the last one it writes into a checkpoint folder.
 TRAINER_STATE_FILE = "trainer_state.json"
 #: Words that ask ``train(resume_from_checkpoint=...)`` for the last complete checkpoint of ``output_dir``.
@@ -293,3 +296,13 @@ def _write_text_atomically(path: str, text: str) -> None:
         with contextlib.suppress(OSError):
             os.remove(temporary)
         raise
+
+
+def read_stream_state(folder: str, rank: int) -> dict:
+    """The stream sampler state rank ``rank`` saved in checkpoint ``folder``."""
+    path = os.path.join(folder, STREAM_STATE_FILE.format(rank=rank))
+    if not os.path.isfile(path):
+        raise ValueError(f"Cannot resume the streamed corpora of process {rank}: {path} is missing. Resume on as many "
+                         "processes as the run that saved the checkpoint, from a checkpoint every process saved.")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
