@@ -47,8 +47,8 @@ def evaluation_pairs(recipe_file: str, folder: str, split: str) -> dict[str, tup
         if spec.split_location(split) is None:
             continue
         rows = preprocess(load_corpus_split(spec, split), PreprocessingConfig(), corpus=spec.name, split=split)
-        pairs[spec.name] = (tuple(rows.data.column("source").to_pylist()),
-                            tuple(rows.data.column("target").to_pylist()))
+        columns = rows.select_columns(["source", "target"]).to_dict()  # the rows the cleaning kept
+        pairs[spec.name] = (tuple(columns["source"]), tuple(columns["target"]))
     return pairs
 
 

@@ -123,3 +123,19 @@ def test_uat_audit_prints_the_table_and_writes_the_report(tmp_path, capsys):
     assert set(report["corpora"]) == {"bible", "descriptions", "dictionary", "software"}
     assert all(c["verdict"] == "ok" for c in report["corpora"].values())
     assert not (tmp_path / "run").exists()  # an audit writes nothing of a run
+
+
+def test_audit_specs_measures_the_pairs_the_cleaning_keeps():
+    """The audit reads each corpus as the run cleans it (a filtered Dataset's Arrow table still holds every row)."""
+    import datasets
+
+    from uat_hf.data.audit import audit_specs
+    from uat_hf.data.preprocessing import PreprocessingConfig, preprocess
+
+    datasets.disable_progress_bars()
+    specs = corpus_specs_from_directory(MULTIDOMAIN, *LANGS)
+    cleaning = PreprocessingConfig(max_length_ratio=1.5, dedupe=True)
+    report = audit_specs(specs, cleaning, sample=300)
+    kept = {spec.name: len(preprocess(load_corpus_split(spec, "train"), cleaning, corpus=spec.name)) for spec in specs}
+    assert {name: audit.pairs for name, audit in report.corpora.items()} == kept
+    assert kept["software"] < len(load_corpus_split(specs[-1], "train"))  # the cleaning did remove pairs here

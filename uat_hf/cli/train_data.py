@@ -284,7 +284,7 @@ def evaluation_sources(data_args: DataArguments, specs: list[CorpusSpec]) -> dic
             continue
         pairs = preprocess(load_corpus_split(spec, split, cache_dir=data_args.dataset_cache_dir),
                            PreprocessingConfig(), corpus=spec.name, split=split)
-        column = pairs.data.column("source").to_pylist()
+        column = pairs.select_columns(["source"]).to_dict()["source"]  # the rows the cleaning kept
         sources[spec.name] = column[:data_args.max_eval_examples] if data_args.max_eval_examples else column
     return sources
 

@@ -30,5 +30,7 @@ def audit_specs(specs: Sequence, preprocessing, *, sample: int = 4000, seed: int
 
 
 def _columns(pairs) -> tuple[list[str], list[str]]:
-    """The two text columns as lists, read from Arrow at once (indexing a Dataset row by row is far slower)."""
-    return pairs.data.column("source").to_pylist(), pairs.data.column("target").to_pylist()
+    """The two text columns as lists, read at once (indexing a Dataset row by row is far slower). Through
+    ``to_dict``, which applies the rows a filter kept: the Arrow table under a filtered Dataset still holds all."""
+    columns = pairs.select_columns(["source", "target"]).to_dict()
+    return columns["source"], columns["target"]
