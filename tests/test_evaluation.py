@@ -69,7 +69,8 @@ def test_cli_writes_the_table_json_and_hypotheses(first_run, model_dir, tmp_path
     assert "mean" in printed and "out-of-domain" in printed and "BLEU: nrefs:1" in printed
     assert list(results["scores"]) == ["bible", "software"] and list(results["ood_scores"]) == ["dictionary"]
     assert results["mean"]["chrf"] == pytest.approx(macro_average(results["scores"], "chrf"))
-    assert results["ood_mean"] == results["ood_scores"]["dictionary"]
+    assert results["ood_mean"] == {key: results["ood_scores"]["dictionary"][key] for key in ("bleu", "chrf")}
+    assert {"bleu_copy", "chrf_copy", "copy_rate", "reference_copy_rate"} <= set(results["scores"]["bible"])
     assert "tok:13a" in results["signatures"]["bleu"] and "nc:6" in results["signatures"]["chrf"]
     assert results["generation"]["num_beams"] == 1 and results["generation"]["max_new_tokens"] == 6
     assert results["sentences"] == {"bible": SENTENCES, "software": SENTENCES, "dictionary": SENTENCES}
