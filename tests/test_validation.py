@@ -610,7 +610,7 @@ and the type (see `docs/usage.md`):
 | `eval_strategy: no` (unquoted, so a YAML boolean) | `… eval_strategy must be one of ['no', 'steps',\
  'epoch'], got False (bool). …` | same |
 
-## Nothing lost, nothing silent (issue 34)
+## Nothing lost, nothing silent
 
 A corpus name becomes a file name (`hypotheses/<corpus>.txt`), so every name must be a safe file name: letters,
 digits, `.`, `_` and `-`, not `.` or `..` (`uat_hf.utils.names.check_corpus_name`, used wherever names are
