@@ -30,6 +30,17 @@ def multidomain_specs(max_examples: int = 400):
 
 
 @pytest.fixture(autouse=True)
+def uat_records_reach_caplog():
+    """uat-hf's logger does not propagate to the root logger (as Transformers' does not); caplog listens there."""
+    from uat_hf.utils.logging import enable_propagation, set_verbosity
+
+    enable_propagation(True)
+    yield
+    enable_propagation(False)
+    set_verbosity(None)  # a command-line test sets uat-hf's own level: the next test follows Transformers again
+
+
+@pytest.fixture(autouse=True)
 def own_preparation_cache(tmp_path_factory, monkeypatch):
     """Each test gets its own preparation cache (uat-train's prepared data, kept by default in HF_DATASETS_CACHE), so
     that no test reads data another test or an earlier session prepared, and none fills the user's cache."""

@@ -166,3 +166,14 @@ def test_gradient_cosine_loss_is_the_shifted_completion_loss(tokenizer, causal_c
     rewards, _ = GradientCosineReward().finalize(result)
     assert result["cosine"].diagonal() == pytest.approx(1.0)
     assert rewards.shape == (4,)
+
+
+def test_a_llama_without_dropout_is_refused_with_the_field_its_config_has(tokenizer):
+    """Llama's only dropout field is attention_dropout: the advice names it, not a `dropout` it does not have."""
+    from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward
+
+    with pytest.raises(ValueError, match=r"\(config: attention_dropout=0\.0\)\. Set a dropout rate of its config "
+                                         r"before building it \(attention_dropout=0\.1; uat-train: model_overrides: "
+                                         r"\{attention_dropout: 0\.1\}\), train a LoRA adapter with lora_dropout > 0"):
+        UncertaintyReward("entsent", 2).check_model(causal_model(tokenizer))
+    UncertaintyReward("entsent", 2).check_model(causal_model(tokenizer, dropout=0.1))  # with a rate: accepted

@@ -14,7 +14,7 @@ from test_causal import causal_model
 
 from conftest import multidomain_specs
 from uat_hf.data.causal_data import CausalPrompt
-from uat_hf.data.corpora import BUNDLED_DIR, corpus_specs_from_directory, load_corpora
+from uat_hf.data.corpora import load_corpora
 from uat_hf.training.balancing import attach_balancing
 from uat_hf.training.balancing_arguments import BalancingArguments
 from uat_hf.training.callback import HISTORY_FILE
@@ -112,10 +112,13 @@ def test_lora_under_sft_trainer_trains_the_adapters_only(tmp_path, tokenizer, ca
 # --- docs/decoder_only.md's SFTTrainer example, run as written ----------------------------------------------
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "decoder_only.md"
-#: The doc's sizes → a tiny CPU run's (each must appear in the example, so that the doc cannot drift from the test;
-#: SFTConfig trains in bf16 by default, which a CPU without bf16 refuses unless use_cpu is set).
+#: The doc's sizes → a tiny run's (each must appear in the example, so that the doc cannot drift from the test).
+#: use_cpu is the doc's own: SFTConfig trains in bf16 by default, which a CPU without bf16 refuses without it.
 TINY_RUN = {"max_steps=1000": "max_steps=4", "save_steps=200": "save_steps=2", "update_every=100": "update_every=2",
-            "max_tokens=4096": "max_tokens=300", "max_length=None)": "max_length=None, use_cpu=True)"}
+            "max_tokens=4096": "max_tokens=300", '"causal-small"': '"causal-tiny"',
+            "vocab_size=4000": "vocab_size=600",
+            'direction="many-to-one")': 'direction="many-to-one", max_examples=40)',
+            "prompt=CausalPrompt())": "prompt=CausalPrompt(), max_source_length=24, max_target_length=24)"}
 
 
 def sft_doc_example() -> str:
@@ -129,29 +132,17 @@ def sft_doc_example() -> str:
     return code
 
 
-@pytest.fixture(scope="module")
-def multilingual_causal_corpora(tokenizer):
-    """The doc's ``data``: the bundled fr/de/cs/ko → en sample as prompt + completion corpora (few pairs)."""
-    specs = corpus_specs_from_directory(BUNDLED_DIR / "multilingual-ddtp", target_lang="en", direction="many-to-one",
-                                        max_examples=40)
-    data = load_corpora(specs, tokenizer, splits=("train", "dev"), prompt=CausalPrompt(), max_source_length=24,
-                        max_target_length=24)
-    data["dev"] = {name: ds.select(range(6)) for name, ds in data["dev"].items()}
-    return data
-
-
-def test_the_sft_trainer_example_of_the_docs_runs_as_written(tmp_path, monkeypatch, tokenizer,
-                                                             multilingual_causal_corpora):
-    """The doc once built a UATConfig inline after SFTTrainer(...), which reset accelerate's state under the trainer
-    ('AcceleratorState' object has no attribute 'distributed_type' at train()); it now passes the balancing fields
-    alone, and the trainer's seed, steps and logging come from its SFTConfig."""
+def test_the_sft_trainer_example_of_the_docs_runs_as_written(tmp_path, monkeypatch):
+    """The doc's example, set-up included, on a CPU as written (it once needed use_cpu=True added, and once built a
+    UATConfig inline after SFTTrainer(...), which reset accelerate's state under the trainer); only its sizes are
+    made tiny. The trainer's seed, steps and logging come from its SFTConfig."""
     monkeypatch.chdir(tmp_path)  # the example writes to "out"
-    namespace = {"model": causal_model(tokenizer, "qwen2", dropout=0.1), "data": multilingual_causal_corpora,
-                 "tokenizer": tokenizer}
+    namespace: dict = {}
     exec(compile(sft_doc_example(), str(DOC), "exec"), namespace)
     trainer, balancing = namespace["trainer"], namespace["balancing"]
     assert trainer.state.global_step == 4 and len(balancing.distribution.history) == 2
     assert set(balancing.sampler.names) == {"cs", "de", "fr", "ko"}
+    assert trainer.args.use_cpu == (not torch.cuda.is_available())
     history = [json.loads(line) for line in (tmp_path / "out" / HISTORY_FILE).read_text().splitlines()]
     assert [h["step"] for h in history] == [2, 4]
     assert (tmp_path / "out" / "checkpoint-2" / BALANCING_STATE_FILE).is_file()

@@ -131,7 +131,7 @@ def test_a_pretrained_checkpoint_without_the_tags_trains_with_them(marian_dir, t
     """uat-train on the checkpoint: the tags are added to its tokenizer and the embeddings grow to match."""
     code, out, err = run_cli(tmp_path, capsys, model_name_or_path=str(marian_dir))
     assert code == 0, err
-    assert "adding language tags ['>>de<<', '>>fr<<']" in out
+    assert "adding language tags ['>>de<<', '>>fr<<']" in err
     saved = load_tokenizer(str(tmp_path / "out"))
     check_tags_in_vocab(saved, TAGS)
     from transformers import AutoModelForSeq2SeqLM

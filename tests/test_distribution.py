@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -86,3 +87,20 @@ def test_an_old_state_format_is_refused_with_what_to_do():
     state = build_distribution("multiuat", SIZES, lr=1e-2, steps=20).state_dict()
     with pytest.raises(ValueError, match=r"format 2 \(expected 3\); it was written by an older uat_hf"):
         build_distribution("multiuat", SIZES, lr=1e-2, steps=20).load_state_dict({**state, "format": 2})
+
+
+def test_an_update_that_jumps_most_of_the_way_to_uniform_is_said_once_naming_the_step_setting(caplog):
+    """The README example's first update used to send p from the prior to uniform in one step, silently."""
+    far = {"big": 2_000_000, "small": 5_000}  # p = 0.9975 / 0.0025
+    jumpy = build_distribution("multiuat", far, lr=1.0, steps=200)
+    with caplog.at_level(logging.WARNING, logger="uat_hf"):
+        jumpy.measured(10, [1.0, 1.0])  # equal rewards: the scorer heads for uniform
+        jumpy.measured(20, [1.0, 1.0])
+    said = [r.getMessage() for r in caplog.records if "in one step" in r.getMessage()]
+    assert len(said) == 1 and "Lower scorer_lr for gradual balancing" in said[0] and "step 10" in said[0]
+    assert jumpy.as_dict()["small"] > 0.25
+    caplog.clear()
+    gentle = build_distribution("multiuat", far, lr=1e-4, steps=20)
+    with caplog.at_level(logging.WARNING, logger="uat_hf"):
+        gentle.measured(10, [1.0, 1.0])
+    assert gentle.as_dict()["small"] > 0.0025 and not caplog.records  # it moved, by a step, not a jump

@@ -92,7 +92,7 @@ def test_finetune_m2m100_one_to_many_with_codes_in_uat_train_and_uat_evaluate(tm
     assert not (out / "model.safetensors").exists()
 
     assert train_cli.main([*base, "--language_tags", "m2m100"]) == 0
-    assert "m2m100 codes de __en__→__de__, fr __en__→__fr__, cs __en__→__cs__" in capsys.readouterr().out
+    assert "m2m100 codes de __en__→__de__, fr __en__→__fr__, cs __en__→__cs__" in capsys.readouterr().err
     before, after = AutoTokenizer.from_pretrained(pretrained), AutoTokenizer.from_pretrained(out)
     assert type(after).__name__ == "M2M100Tokenizer" and after.get_vocab() == before.get_vocab()
     assert (after.src_lang, after.tgt_lang) == (before.src_lang, before.tgt_lang)  # not left at the last corpus's

@@ -18,9 +18,9 @@ import torch
 from transformers import MarianConfig, MarianMTModel
 
 from conftest import launch_two_ranks
+from uat_hf.models.modes import sharding
 from uat_hf.strategies.multidds_s.gradient_cosine import GradientCosineReward
 from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward
-from uat_hf.strategies.rewards import sharding
 
 HERE = Path(__file__).parent
 PAD = 63

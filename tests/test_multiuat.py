@@ -11,11 +11,11 @@ from scipy import stats
 from transformers import DataCollatorForSeq2Seq
 
 from uat_hf.models.presets import build_model
+from uat_hf.models.targets import target_logits
 from uat_hf.sampling.packing import draw_token_batch, split_by_tokens
 from uat_hf.sampling.sampler import CorpusBatchSampler
 from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward, batch_sentence_uncertainty, mc_dropout
 from uat_hf.strategies.registry import build_distribution
-from uat_hf.strategies.rewards import target_logits
 from uat_hf.training.callback import HISTORY_FILE, CorpusBalancingCallback
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer

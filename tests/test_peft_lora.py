@@ -13,9 +13,9 @@ from transformers import DataCollatorForSeq2Seq
 
 from uat_hf import UATConfig, UATTrainer
 from uat_hf.models.presets import build_model
+from uat_hf.models.targets import target_logits
 from uat_hf.strategies.multidds_s.gradient_cosine import GradientCosineReward
 from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward, dropout_rates, mc_dropout
-from uat_hf.strategies.rewards import target_logits
 
 TARGETS = ["q_proj", "v_proj", "fc1"]
 

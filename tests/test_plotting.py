@@ -228,3 +228,15 @@ def test_uat_plot_of_two_runs_overlays_a_static_baseline_and_a_learned_run(tmp_p
     plot_main([*runs, "--plot_dir", str(tmp_path / "figures")])
     assert capsys.readouterr().out.split() == [str(tmp_path / "figures" / COMPARISON_PNG)]
     assert_png(tmp_path / "figures" / COMPARISON_PNG)
+
+
+def test_runs_are_labelled_by_the_path_parts_that_tell_them_apart(tmp_path):
+    from uat_hf.evaluation.plotting import distinct_labels
+
+    study = tmp_path / "study"
+    assert distinct_labels([study / "multiuat" / "seed1", study / "proportional" / "seed1"]) == [
+        "multiuat", "proportional"]  # the basename alone (seed1) named both runs the same
+    assert distinct_labels([study / "multiuat" / "seed1", study / "multiuat" / "seed2"]) == ["seed1", "seed2"]
+    assert distinct_labels([study / "a" / "seed1", study / "b" / "seed2"]) == ["a/seed1", "b/seed2"]
+    assert distinct_labels([study / "a", study / "a" / "b"]) == ["a", "b"]  # nothing left of one: the names
+    assert distinct_labels([study / "only"]) == ["only"]

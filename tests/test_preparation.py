@@ -20,6 +20,7 @@ from uat_hf.data.corpora import load_corpora, load_corpus_split
 from uat_hf.data.corpus_specs import CorpusSpec
 from uat_hf.data.preparation_cache import CACHE_FOLDER, spec_fingerprint
 from uat_hf.data.tokenization import tokenizer_sample
+from uat_hf.utils.logging import set_verbosity
 
 RECIPES = os.path.join(os.path.dirname(__file__), "..", "recipes")
 
@@ -136,11 +137,12 @@ def bundled_copy(tmp_path):
 
 
 def test_a_second_run_reads_the_prepared_data_and_a_changed_field_or_file_does_not(tmp_path, monkeypatch, capsys):
+    set_verbosity("info")  # as uat-train shows its progress (the conftest resets it)
     corpora = bundled_copy(tmp_path)
     first = prepare(*recipe_arguments(tmp_path, corpora))
     cache = tmp_path / "cache"
     assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 1  # one folder, no temporary left
-    assert "saved to the preparation cache" in capsys.readouterr().out
+    assert "saved to the preparation cache" in capsys.readouterr().err
 
     def no_preparation(*args, **kwargs):
         raise AssertionError("the data was prepared again instead of read from the preparation cache")
@@ -150,7 +152,7 @@ def test_a_second_run_reads_the_prepared_data_and_a_changed_field_or_file_does_n
         patched.setattr(preparation, "build_tokenizer", no_preparation)
         # preprocessing_num_workers says how to prepare, not what: the same key.
         second = prepare(*recipe_arguments(tmp_path, corpora, "--preprocessing_num_workers", "2"))
-    assert "read from the preparation cache" in capsys.readouterr().out
+    assert "read from the preparation cache" in capsys.readouterr().err
     tokenizer, *parts = first
     cached_tokenizer, *cached_parts = second
     assert cached_tokenizer.get_vocab() == tokenizer.get_vocab()

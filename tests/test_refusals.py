@@ -71,7 +71,7 @@ def test_an_output_dir_that_cannot_be_created_names_the_field(tmp_path, capsys):
     code, out, err = run_cli(tmp_path, capsys, "/proc/x")
     assert error_of(code, err) == ("output_dir '/proc/x' cannot be created (No such file or directory); give a "
                                    "writable folder.")
-    assert "[uat-train] corpora:" not in out  # before any corpus is read
+    assert "[uat-hf] corpora:" not in err  # before any corpus is read
 
 
 # --- resume ------------------------------------------------------------------------------------------------
@@ -87,7 +87,7 @@ def test_resume_latest_without_the_balancing_state_is_one_line_suggesting_allow_
     assert message.startswith(f"No complete checkpoint found in output_dir '{out}' to resume from (")
     assert f"'{out / 'checkpoint-2'}': '{out / 'checkpoint-2' / BALANCING_STATE_FILE}' is missing" in message
     assert "--allow_inexact_resume" in message and "\n" not in message
-    assert "[uat-train] corpora:" not in stdout  # refused before any data is read
+    assert "[uat-hf] corpora:" not in err  # refused before any data is read
     # A named checkpoint folder gets the same suggestion.
     code, _, err = run_cli(tmp_path, capsys, out, ["--resume_from_checkpoint", str(out / "checkpoint-1")],
                            max_steps=3)
@@ -104,7 +104,7 @@ def test_resume_latest_from_only_torn_checkpoints_is_one_line_naming_them(traine
     message = error_of(code, err)
     assert f"'{out / 'checkpoint-2' / 'trainer_state.json'}' is missing" in message
     assert "Remove the torn checkpoint folders" in message and "allow_inexact_resume" not in message
-    assert "[uat-train] corpora:" not in stdout
+    assert "[uat-hf] corpora:" not in err
 
 
 def test_resume_removes_stray_temporary_files_and_warns_about_a_torn_history_line(trained, tmp_path, capsys,
@@ -133,7 +133,7 @@ def test_a_pretrained_models_length_limit_is_checked_before_the_data_is_read(tra
     code, stdout, err = run_cli(tmp_path, capsys, tmp_path / "out", model_name_or_path=str(trained),
                                 max_source_length=100_000)
     assert "max_source_length=100000 exceeds the model's max_position_embeddings" in error_of(code, err)
-    assert "[uat-train] corpora:" not in stdout
+    assert "[uat-hf] corpora:" not in err
 
 
 # --- disk space --------------------------------------------------------------------------------------------

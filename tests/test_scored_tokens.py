@@ -34,8 +34,8 @@ from transformers import (
 
 from uat_hf.data.corpora import corpus_specs_from_directory, load_corpora
 from uat_hf.data.language_codes import GENERATION_KWARGS_FILE, language_code_ids
+from uat_hf.models.targets import scored_mask
 from uat_hf.strategies.multiuat.measures import IGNORE_INDEX, MEASURES
-from uat_hf.strategies.rewards import scored_mask
 from uat_hf.training.balancing import attach_balancing, balancing_reward
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer
@@ -232,7 +232,7 @@ def test_an_encoder_only_model_in_uat_trainer_is_refused_before_training(corpora
 
 
 def test_a_causal_lm_is_not_refused():
-    from uat_hf.strategies.rewards import require_supported_model
+    from uat_hf.models.targets import require_supported_model
 
     require_supported_model(GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1,
                                                        n_head=2)))

@@ -309,7 +309,7 @@ def test_uat_train_streams_the_bundled_corpora_with_multiuat(tmp_path, capsys):
     recipe = {**TINY, "streaming": True, "dedupe": False, "max_steps": 3, "output_dir": str(out)}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     assert cli.main(["--config", str(tmp_path / "recipe.yaml")]) == 0
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err  # uat-hf's progress messages
     assert "bible: streaming its training pairs (80 pairs)" in printed and "~80 streamed train" in printed
     assert "preparation cache not used: streamed corpora" in printed
     results = json.loads((out / "eval_results.json").read_text())
@@ -356,7 +356,7 @@ def test_uat_train_streams_a_local_hub_layout_with_a_static_prior_from_parquet_r
     )
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     assert cli.main(["--config", str(tmp_path / "recipe.yaml")]) == 0
-    assert "bible: streaming its training pairs (300 pairs)" in capsys.readouterr().out
+    assert "bible: streaming its training pairs (300 pairs)" in capsys.readouterr().err
     (record,) = json_lines(tmp_path / "out" / HISTORY_FILE)
     assert record["probabilities"] == pytest.approx({"bible": 300 / 5300, "dictionary": 5000 / 5300})
 

@@ -97,7 +97,7 @@ def test_uat_train_rerun_after_training_finished_evaluates_the_last_checkpoint(t
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(yaml.safe_dump({**TINY, "output_dir": str(out)}))
     assert cli.main(["--config", str(recipe)]) == 0
-    first = capsys.readouterr().out
+    first = capsys.readouterr().err  # uat-hf's progress messages
     # train_fraction 0.02 of bible (8,867 pairs after cleaning) and dictionary (4,527): ratios kept, sizes printed
     assert "train_fraction 0.02: bible keeps 177 of 8867" in first and "dictionary keeps 91 of 4527" in first
     saved = yaml.safe_load((out / "recipe.yaml").read_text())
@@ -111,7 +111,7 @@ def test_uat_train_rerun_after_training_finished_evaluates_the_last_checkpoint(t
     for name in ("eval_results.json", "model.safetensors", "trainer_state.json"):
         (out / name).unlink()
     assert cli.main(["--config", str(recipe), "--resume_from_checkpoint", "latest"]) == 0
-    second = capsys.readouterr().out
+    second = capsys.readouterr().err
     assert "checkpoint-3 is already at max_steps=3: training is done, evaluating its model" in second
     again = json.loads((out / "eval_results.json").read_text())
     assert _scores(again) == _scores(scores) and "eval_bible_loss" in scores  # the loss tells the weights apart

@@ -138,10 +138,11 @@ def test_evaluation_decodes_longest_first_and_scores_against_the_right_reference
 
 
 def test_bad_construction_is_rejected(tmp_path, corpora, tokenizer, tiny_model):
-    with pytest.raises(TypeError, match="train_corpora"):
+    with pytest.raises(TypeError, match="got both train_dataset and train_corpora, which are the same slot"):
         UATTrainer(tiny_model, make_args(tmp_path), train_corpora=corpora["train"],
-                   train_dataset=corpora["train"]["bible"], processing_class=tokenizer)
-    with pytest.raises(TypeError, match=r"got train_dataset, but it balances named corpora: pass train_corpora="):
+                   train_dataset=corpora["train"], processing_class=tokenizer)
+    with pytest.raises(TypeError, match=r"train_dataset must be a dict of named corpora, \{name: tokenized Dataset, "
+                                        r"\.\.\.\}, got Dataset"):
         UATTrainer(tiny_model, make_args(tmp_path), train_dataset=corpora["train"]["bible"],
                    processing_class=tokenizer)
     with pytest.raises(ValueError, match="'bible' is empty"):

@@ -1,5 +1,5 @@
-"""A user's compute_metrics under UATTrainer: per corpus and averaged over corpora; a key the trainer fills itself is
-refused when the trainer is built, not at the first evaluation hours into training."""
+"""A user's compute_metrics under UATTrainer: per corpus and averaged over corpora, beside the trainer's own scores
+(a key the trainer fills itself is kept apart, not refused); errors show when the trainer is built."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import sacrebleu
 
+from uat_hf.evaluation.metrics import translation_scores
+from uat_hf.evaluation.user_metrics import kept_apart
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer
 
@@ -57,15 +59,7 @@ def small_dev(corpora):
     return {name: ds.select(range(6)) for name, ds in corpora["dev"].items()}
 
 
-def test_a_compute_metrics_returning_bleu_is_refused_when_the_trainer_is_built(tmp_path, corpora, tokenizer,
-                                                                               tiny_model, small_dev):
-    """run_translation.py's compute_metrics returns "bleu", which UATTrainer computes per corpus itself: refused at
-    construction (it used to pass, then fail at the first evaluation), with what to do."""
-    with pytest.raises(ValueError, match=r"compute_metrics returned \['bleu'\], which UATTrainer fills itself .*"
-                                         r"eval_bible_bleu.* run_translation\.py"):
-        UATTrainer(tiny_model, make_args(tmp_path), train_corpora=corpora["train"], dev_corpora=small_dev,
-                   processing_class=tokenizer, compute_metrics=run_translation_compute_metrics(tokenizer))
-    # an error of compute_metrics itself also shows now, naming the probe
+def test_an_error_of_compute_metrics_shows_when_the_trainer_is_built(tmp_path, tokenizer, tiny_model, small_dev):
     def failing(prediction):
         raise KeyError("boom")
 
@@ -73,6 +67,30 @@ def test_a_compute_metrics_returning_bleu_is_refused_when_the_trainer_is_built(t
                                          r"rows of evaluation corpus 'bible'.*boom"):
         UATTrainer(tiny_model, make_args(tmp_path), eval_corpora=small_dev, processing_class=tokenizer,
                    compute_metrics=failing)
+
+
+def test_run_translations_compute_metrics_is_kept_beside_the_trainers_scores(tmp_path, tokenizer, tiny_model,
+                                                                            small_dev, caplog):
+    """run_translation.py's compute_metrics returns "bleu" (and "gen_len"), which UATTrainer scores itself per corpus:
+    the user's keys are reported under user_bleu beside the trainer's, never refused, never overwritten."""
+    with caplog.at_level("INFO", logger="uat_hf"):
+        trainer = UATTrainer(tiny_model, make_args(tmp_path), eval_corpora=small_dev, processing_class=tokenizer,
+                             compute_metrics=run_translation_compute_metrics(tokenizer))
+    assert "yours is reported beside it as eval_bible_user_bleu" in caplog.text
+    metrics = trainer.evaluate()
+    for name in small_dev:
+        hypotheses = trainer.translate(name)[name].hypotheses
+        own, _ = translation_scores(hypotheses, list(small_dev[name]["target_text"]))
+        assert metrics[f"eval_{name}_bleu"] == pytest.approx(own["bleu"])  # the trainer's sacreBLEU, untouched
+        assert 0 < metrics[f"eval_{name}_gen_len"] <= 8 and f"eval_{name}_user_bleu" in metrics
+    user_bleu = [metrics[f"eval_{n}_user_bleu"] for n in small_dev]
+    assert metrics["eval_mean_user_bleu"] == pytest.approx(np.mean(user_bleu))
+    assert metrics["eval_mean_gen_len"] == pytest.approx(np.mean([metrics[f"eval_{n}_gen_len"] for n in small_dev]))
+
+
+def test_kept_apart_prefixes_only_the_clashing_keys():
+    assert kept_apart({"bleu": 1, "gen_len": 2}, ("bleu", "chrf")) == {"user_bleu": 1, "gen_len": 2}
+    assert kept_apart({"bleu": 1, "user_bleu": 2}, ("bleu",)) == {"user_user_bleu": 1, "user_bleu": 2}
 
 
 def test_compute_metrics_runs_per_corpus_and_is_averaged_over_corpora(tmp_path, tokenizer, tiny_model, small_dev):
@@ -89,6 +107,22 @@ def test_compute_metrics_runs_per_corpus_and_is_averaged_over_corpora(tmp_path, 
     alone = trainer.evaluate({"software": small_dev["software"]})
     assert alone["eval_software_gen_len"] == metrics["eval_software_gen_len"]
 
-    trainer.compute_metrics = run_translation_compute_metrics(tokenizer)  # set after construction: refused at use
-    with pytest.raises(ValueError, match=r"compute_metrics returned \['bleu'\]"):
-        trainer.evaluate()
+    trainer.compute_metrics = run_translation_compute_metrics(tokenizer)  # set after construction: kept apart too
+    later = trainer.evaluate()
+    assert later["eval_software_user_bleu"] == metrics["eval_software_hf_bleu"]
+    assert later["eval_software_bleu"] == metrics["eval_software_bleu"]
+
+
+def test_corpus_metrics_adds_chrfpp_and_ter_per_corpus_and_as_means(tmp_path, tokenizer, tiny_model, small_dev):
+    trainer = UATTrainer(tiny_model, make_args(tmp_path, corpus_metrics=["ter", "chrfpp"]), eval_corpora=small_dev,
+                         processing_class=tokenizer)
+    metrics = trainer.evaluate()
+    for name in small_dev:
+        own, _ = translation_scores(trainer.translate(name)[name].hypotheses, list(small_dev[name]["target_text"]),
+                                    metrics=["chrfpp", "ter"])
+        for key in ("bleu", "chrf", "chrfpp", "ter"):
+            assert metrics[f"eval_{name}_{key}"] == pytest.approx(own[key])
+    assert metrics["eval_mean_ter"] == pytest.approx(np.mean([metrics[f"eval_{n}_ter"] for n in small_dev]))
+    assert "nw:2" in trainer.metric_signatures["chrfpp"] and "tok:tercom" in trainer.metric_signatures["ter"]
+    with pytest.raises(ValueError, match=r"unknown metric 'comet'; choose from bleu, chrf, chrfpp, ter"):
+        make_args(tmp_path, corpus_metrics=["comet"])

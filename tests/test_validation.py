@@ -396,7 +396,7 @@ CASES: list[Case] = [
     Case("no-train-corpora", "`train_corpora={}`", "UATTrainer", "train_corpora is empty",
          lambda e: trainer(e, train={})),
     Case("train-dataset", "`UATTrainer(model, args, train_dataset=ds)` (the stock Trainer's argument)", "UATTrainer",
-         "UATTrainer got train_dataset, but it balances named corpora: pass train_corpora={name: dataset, ...}",
+         "UATTrainer's train_dataset must be a dict of named corpora, {name: tokenized Dataset, ...}, got Dataset",
          lambda e: UATTrainer(e.model, config(e), train_dataset=e.train["news"], processing_class=e.tokenizer),
          error=TypeError),
     Case("dev-missing", "multiuat: training corpus `law` without a dev set", "UATTrainer",

@@ -20,7 +20,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .utils.logging import configure_library_logger
+
 __version__ = "0.1.0"
+configure_library_logger()  # uat-hf's messages follow Transformers' verbosity (uat_hf.utils.logging)
 
 #: Public name → the module that defines it.
 _EXPORTS = {

@@ -25,8 +25,8 @@ from transformers import MarianConfig, MarianMTModel
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from teardown import finish  # noqa: E402
 
+from uat_hf.models.modes import sharding  # noqa: E402
 from uat_hf.strategies.multiuat.uncertainty import UncertaintyReward  # noqa: E402
-from uat_hf.strategies.rewards import sharding  # noqa: E402
 
 PAD, EOS, VOCAB = 63, 0, 64
 

@@ -106,10 +106,9 @@ class DataArguments:
     train_fraction: float | None = field(
         default=None,
         metadata={
-            "help": "Train on this fraction (0, 1] of every training corpus: the same seeded random subset of each "
-            "(after cleaning, whatever the run's seed; a smaller fraction keeps a subset of a larger one), so the "
-            "corpora keep their size ratios. Dev and test sets are untouched, and a trained joint tokenizer still "
-            "reads the whole training corpora. Not with max_train_examples, a cap that changes the ratios."
+            "help": "Train on this fraction (0, 1] of every training corpus: the same seeded subset of each (after "
+            "cleaning, whatever the run's seed), so the corpora keep their size ratios. Dev and test sets and the "
+            "tokenizer's sample are untouched. Not with max_train_examples."
         },
     )
     max_eval_examples: int | None = field(

@@ -11,12 +11,16 @@ input; with ``--strict``, 3 when a corpus is suspect (for a data pipeline that s
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
 
+from ..utils.logging import set_verbosity
 from .arguments import DataArguments
-from .train_data import build_specs, say, streams
+from .train_data import build_specs, streams
+
+logger = logging.getLogger(__name__)
 
 
 def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
@@ -37,14 +41,16 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
                                         max_target_words=data_args.max_target_words, dedupe=data_args.dedupe)
     report = audit_specs(audited, preprocessing, seed=seed,
                          cache_dir=data_args.dataset_cache_dir)
-    say(f"corpus audit ({time.monotonic() - start:.0f}s; corpus_audit={data_args.corpus_audit}):\n{report.table()}"
-        + (f"\nnot audited (streamed): {', '.join(skipped)}" if skipped else ""))
+    seconds = time.monotonic() - start
+    logger.info(f"corpus audit ({seconds:.0f}s; corpus_audit={data_args.corpus_audit}):\n{report.table()}"
+                + (f"\nnot audited (streamed): {', '.join(skipped)}" if skipped else ""))
     for name in report.suspects:
         audit = report.corpora[name]
         action = ("its prior counts its effective size" if data_args.corpus_audit == "reweight" else
                   "set corpus_audit: reweight to start its prior from its effective size")
-        say(f"WARNING: corpus {name!r} is suspect ({', '.join(audit.flagged)}): about {audit.clean_share:.0%} of "
-            f"its {audit.pairs} training pairs look sound ({audit.effective_size:.0f} effective); {action}.")
+        logger.warning(f"corpus {name!r} is suspect ({', '.join(audit.flagged)}): about {audit.clean_share:.0%} of "
+                       f"its {audit.pairs} training pairs look sound ({audit.effective_size:.0f} effective); "
+                       f"{action}.")
     return report
 
 
@@ -67,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = [a for a in argv if a != "--strict"]
     from .train import parse_arguments
 
+    set_verbosity(logging.WARNING)  # the table is the command's output (below), the warnings go to stderr
     try:
         training_args, data_args, *_ = parse_arguments(argv)
         if data_args.corpus_audit == "off":
@@ -75,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"uat-audit: error: {error}", file=sys.stderr)
         return 2
+    print(report.table())
     if output_json:
         with open(output_json, "w", encoding="utf-8") as out:
             json.dump(report.to_dict(), out, indent=2)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..evaluation.metrics import format_table, macro_average
+from ..utils.logging import set_verbosity
 from .arguments import DataArguments
 from .parsing import CONFIG_FLAG, exit_on_help
 from .recipe import RECIPE_FILE, Recipe
@@ -91,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     exit_on_help(argv, build_parser)
     parser = build_parser()
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    set_verbosity(logging.INFO)  # its progress lines; Transformers' own messages keep their verbosity
     try:
         data_args, args = parse_arguments(argv)
     except (OSError, ValueError) as error:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
@@ -34,6 +35,7 @@ __all__ = [
     "HELP_ALL_FLAG",
     "UATParser",
     "argument_classes",
+    "command_line_level",
     "exit_on_help",
     "make_help_parser",
     "make_parser",
@@ -193,6 +195,15 @@ def recipe_to_dataclasses(recipe: Recipe, overrides: Sequence[str] | None = None
     parser.set_recipe_defaults(recipe.to_dict(), f"recipe {recipe.source}" if recipe.source else "recipe")
     arguments, _ = parser.parse(list(overrides or []))
     return arguments
+
+
+def command_line_level(training_args: Any) -> int:
+    """The level of uat-hf's messages in a command: its progress (info) on the main process unless ``--log_level``
+    says otherwise, warnings on the other processes (``--log_level_replica``), as Transformers' example scripts
+    show theirs. Transformers' own messages keep their verbosity."""
+    if training_args.log_level == "passive" and training_args.should_log:
+        return logging.INFO
+    return training_args.get_process_log_level()
 
 
 def exit_on_help(argv: Sequence[str], short: Callable[[], argparse.ArgumentParser],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import tempfile
 import time
 from dataclasses import asdict
@@ -27,7 +28,9 @@ from ..data.preparation_cache import (
     spec_fingerprint,
 )
 from .arguments import DataArguments, ModelArguments
-from .train_data import build_tokenizer, load_data, say, streams
+from .train_data import build_tokenizer, load_data, streams
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["HOW_TO_PREPARE_FIELDS", "TRAINED_TOKENIZER_FIELDS", "prepare_data", "preparation_inputs"]
 
@@ -61,7 +64,7 @@ def prepare_data(training_args, data_args: DataArguments, model_args: ModelArgum
         return prepare()
     inputs, reason = preparation_inputs(data_args, model_args, specs, eval_specs, tags, prompt, tokenizer)
     if inputs is None:
-        say(f"preparation cache not used: {reason}; the data is prepared anew on every run")
+        logger.info(f"preparation cache not used: {reason}; the data is prepared anew on every run")
         return prepare()
     folder = cache_root(data_args.preparation_cache_dir, data_args.dataset_cache_dir) / preparation_key(inputs)
     waiting = training_args.main_process_first(desc="preparing the data") if training_args.world_size > 1 \
@@ -69,8 +72,8 @@ def prepare_data(training_args, data_args: DataArguments, model_args: ModelArgum
     with waiting:
         cached = load_prepared(folder)
         if cached is not None:
-            say(f"prepared data read from the preparation cache {folder} in {time.monotonic() - start:.1f}s "
-                "(a run with the same data fields, corpus files and tokenizer saved it)")
+            logger.info(f"prepared data read from the preparation cache {folder} in {time.monotonic() - start:.1f}s "
+                        "(a run with the same data fields, corpus files and tokenizer saved it)")
             parts = cached.parts
             return (tokenizer or cached.tokenizer, parts["train"], parts["dev"], parts["eval"],
                     cached.extra["out_of_domain"])
@@ -78,8 +81,8 @@ def prepare_data(training_args, data_args: DataArguments, model_args: ModelArgum
         save_start = time.monotonic()
         save_prepared(folder, PreparedData(tokenizer, {"train": train, "dev": dev, "eval": eval_corpora},
                                            {"out_of_domain": ood}), inputs)
-        say(f"prepared data saved to the preparation cache {folder} in {time.monotonic() - save_start:.0f}s; a run "
-            "with the same data fields, corpus files and tokenizer reads it from there")
+        logger.info(f"prepared data saved to the preparation cache {folder} in {time.monotonic() - save_start:.0f}s; "
+                    "a run with the same data fields, corpus files and tokenizer reads it from there")
     return tokenizer, train, dev, eval_corpora, ood
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from .train_data import say
-
 __all__ = ["TimeBudgetCallback", "budget_report"]
+
+logger = logging.getLogger(__name__)
 
 
 class TimeBudgetCallback(TrainerCallback, ExportableState):
@@ -50,7 +51,8 @@ class TimeBudgetCallback(TrainerCallback, ExportableState):
         if over and not control.should_training_stop:
             control.should_training_stop = True
             self.stopped_at = state.global_step
-            say(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping training")
+            logger.info(f"time budget of {self.seconds / 60:g} min reached at step {state.global_step}; stopping "
+                        "training")
 
 
 def budget_report(trainer) -> dict:

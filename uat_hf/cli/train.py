@@ -50,9 +50,10 @@ from ..utils.checkpoints import (
     remove_torn_checkpoint,
     resolve_resume_checkpoint,
 )
+from ..utils.logging import set_verbosity
 from .arguments import DataArguments, ModelArguments
 from .audit import audited_sizes, run_audit
-from .parsing import exit_on_help, make_help_parser, make_parser, portable_paths
+from .parsing import command_line_level, exit_on_help, make_help_parser, make_parser, portable_paths
 from .preparation import prepare_data
 from .recipe import Recipe
 from .run_arguments import RunArguments
@@ -67,7 +68,6 @@ from .train_data import (
     evaluation_sources,
     language_codes_for,
     position_limit,
-    say,
     size_text,
     tags_for,
 )
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 # torch and transformers' Trainer are imported by the functions that use them, so that ``uat-train --help``
 # (and a bad recipe) answers without loading them.
 
-logger = logging.getLogger("uat_hf.cli.train")
+logger = logging.getLogger(__name__)
 #: The folder of output_dir that holds the final evaluation's translations, <corpus>.txt (as uat-evaluate's).
 HYPOTHESES_DIR = "hypotheses"
 
@@ -149,7 +149,7 @@ def prepare(
     prompt = causal_prompt(data_args) if model_args.is_causal else None
     tag_of, eval_tag_of = tags_for(specs, eval_specs, "none" if prompt else data_args.language_tags)
     tags = sorted({t for t in list(tag_of.values()) + list(eval_tag_of.values()) if t})
-    say(
+    logger.info(
         f"corpora: {', '.join(f'{s.name} ({s.source_lang}→{s.target_lang})' for s in specs)}"
         + (f"; evaluation only: {', '.join(s.name for s in eval_specs)}" if eval_specs else "")
     )
@@ -166,12 +166,12 @@ def prepare(
         tokenizer.save_pretrained(output_dir)
         if prompt is not None:
             prompt.save_pretrained(output_dir)
-    say(f"tokenizer: {len(tokenizer)} tokens" + (f", language tags {tags}" if tags else "")
-        + (f", {data_args.language_tags} codes " + ", ".join(f"{n} {c.source}→{c.target}" for n, c in codes.items())
-           if codes else ""))
+    logger.info(f"tokenizer: {len(tokenizer)} tokens" + (f", language tags {tags}" if tags else "")
+                + (f", {data_args.language_tags} codes " + ", ".join(f"{n} {c.source}→{c.target}"
+                                                                     for n, c in codes.items()) if codes else ""))
 
     check_before_training(training_args, data_args, model_args, specs, train, dev, eval_corpora)
-    say(
+    logger.info(
         "data: " + ", ".join(f"{n} {size_text(train[n])} train / {len(dev[n]) if n in dev else 0} dev" for n in train)
         + f"; evaluating on {data_args.eval_split}: " + ", ".join(f"{n} {len(ds)}" for n, ds in eval_corpora.items())
     )
@@ -188,8 +188,8 @@ def prepare(
     check_disk_space(training_args, model)
     for key, value in (model_args.generation_overrides or {}).items():
         setattr(model.generation_config, key, value)
-    say(f"model: {model_args.model_name_or_path}, {model.num_parameters() / 1e6:.2f}M parameters; "
-         f"strategy {training_args.strategy}; prep took {time.monotonic() - start:.0f}s")
+    logger.info(f"model: {model_args.model_name_or_path}, {model.num_parameters() / 1e6:.2f}M parameters; "
+                f"strategy {training_args.strategy}; prep took {time.monotonic() - start:.0f}s")
 
     # In-training evaluation (eval_strategy, load_best_model_at_end) always looks at the dev sets, never at test;
     # the final evaluation (train_and_evaluate) reports eval_split.
@@ -270,8 +270,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
             trainer.log_metrics("train", train_result.metrics)
             trainer.save_metrics("train", train_result.metrics)
         else:
-            say(f"{finished} is already at max_steps={training_args.max_steps}: training is done, evaluating its "
-                "model")
+            logger.info(f"{finished} is already at max_steps={training_args.max_steps}: training is done, evaluating "
+                        "its model")
             trainer.load_checkpoint(finished)
         trainer.save_model()
         trainer.save_state()
@@ -283,7 +283,7 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
             raise
         raise disk_full from error
 
-    say(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
+    logger.info(f"evaluating on {data_args.eval_split} ({time.monotonic() - start:.0f}s since start)")
     # translate (not evaluate) to keep the translations: written beside eval_results.json, as uat-evaluate does,
     # so that `uat-evaluate RUN --config RUN --compare OTHER_RUN/hypotheses` tests two runs against each other.
     translations = trainer.translate(eval_corpora, metric_key_prefix="eval")
@@ -328,8 +328,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
         for warning in metrics.get("corpus_health", {}).get("warnings", []):
             print(f"\nWARNING: {warning}")
         Recipe(recipe.to_dict(), source=recipe.source).save_pretrained(output_dir, results=metrics)
-        say(f"saved model, tokenizer, eval_results.json, {HYPOTHESES_DIR}/ and recipe.yaml to {output_dir} "
-             f"({time.monotonic() - start:.0f}s in all)")
+        logger.info(f"saved model, tokenizer, eval_results.json, {HYPOTHESES_DIR}/ and recipe.yaml to {output_dir} "
+                    f"({time.monotonic() - start:.0f}s in all)")
     return metrics
 
 
@@ -362,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"uat-train: error: {error}", file=sys.stderr)
         return 2
+    set_verbosity(command_line_level(training_args))
     start = time.monotonic()
     created = not os.path.exists(training_args.output_dir)
     try:

@@ -4,6 +4,7 @@ that refuse bad input before the first training step (:class:`InputError`).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -13,6 +14,8 @@ from ..data.corpus_specs import CorpusSpec, corpus_specs_from_directory, languag
 from ..data.language_codes import CODE_SCHEMES, CorpusLanguageCodes, corpus_language_codes
 from ..data.preprocessing import PreprocessingConfig, corpus_tags
 from .arguments import DataArguments, ModelArguments
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "InputError",
@@ -28,7 +31,6 @@ __all__ = [
     "keep_fraction",
     "language_codes_for",
     "load_data",
-    "say",
     "size_text",
     "stream_train_splits",
     "streams",
@@ -42,11 +44,6 @@ SUBSAMPLE_SEED = 0
 
 class InputError(ValueError):
     """Bad recipe / command-line input, reported before training starts."""
-
-
-def say(message: str) -> None:
-    """A progress line of ``uat-train`` on stdout."""
-    print(f"[uat-train] {message}", flush=True)
 
 
 def build_specs(data_args: DataArguments, *, required_split: str = "train"
@@ -169,7 +166,7 @@ def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: l
             except ValueError:
                 missing.append(tag)
         if missing:
-            say(f"adding language tags {missing} to the tokenizer of {name} as special tokens")
+            logger.info(f"adding language tags {missing} to the tokenizer of {name} as special tokens")
             # transformers 5 calls them extra_special_tokens; keep the ones the tokenizer has. A pretrained model's
             # embeddings grow to len(tokenizer) in presets.build_model.
             tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
@@ -193,9 +190,9 @@ def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: l
         texts.append(raw)
     sample = tokenizer_sample(texts, model_args.tokenizer_train_examples)
     used, total = sum(map(len, sample)), sum(map(len, texts))
-    say(f"training a {model_args.vocab_size}-token {model_args.tokenizer_model} tokenizer on "
-        + (f"all {total} training pairs" if used == total else
-           f"a seeded sample of {used} of the {total} training pairs (tokenizer_train_examples)"))
+    logger.info(f"training a {model_args.vocab_size}-token {model_args.tokenizer_model} tokenizer on "
+                + (f"all {total} training pairs" if used == total else
+                   f"a seeded sample of {used} of the {total} training pairs (tokenizer_train_examples)"))
     start = time.monotonic()
     tokenizer = train_joint_tokenizer(
         sample,
@@ -206,7 +203,7 @@ def build_tokenizer(model_args: ModelArguments, specs: list[CorpusSpec], tags: l
         min_frequency=model_args.tokenizer_min_frequency,
         model_max_length=max(data_args.max_source_length, data_args.max_target_length),
     )
-    say(f"tokenizer trained in {time.monotonic() - start:.0f}s")
+    logger.info(f"tokenizer trained in {time.monotonic() - start:.0f}s")
     return tokenizer
 
 
@@ -309,7 +306,8 @@ def stream_train_splits(specs, streamed, train: Mapping, tokenizer, preprocessin
             raise InputError(str(error)) from None
         pairs = load_corpus_stream(spec, cache_dir=data_args.dataset_cache_dir)
         size = streamed_size(pairs)  # what load_corpus_stream read from the metadata
-        say(f"{spec.name}: streaming its training pairs ({'size unknown' if size is None else f'{size} pairs'})")
+        logger.info(f"{spec.name}: streaming its training pairs "
+                    f"({'size unknown' if size is None else f'{size} pairs'})")
         out[spec.name] = prepare_stream(
             pairs, tokenizer, preprocessing,
             max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
@@ -341,7 +339,7 @@ def keep_fraction(corpora: Mapping, fraction: float, seed: int = SUBSAMPLE_SEED)
         count = max(1, round(fraction * len(dataset)))
         order = np.random.default_rng(seed).permutation(len(dataset))
         kept[name] = dataset.select(np.sort(order[:count]))
-        say(f"train_fraction {fraction:g}: {name} keeps {count} of {len(dataset)} training pairs")
+        logger.info(f"train_fraction {fraction:g}: {name} keeps {count} of {len(dataset)} training pairs")
     return kept
 
 
@@ -361,7 +359,7 @@ def check_before_training(training_args, data_args, model_args, specs, train, de
                          "but no corpus has one.")
     missing_eval = [s.name for s in specs if s.name not in eval_corpora]
     if missing_eval:
-        say(f"note: corpora {missing_eval} have no {data_args.eval_split!r} split and are not evaluated")
+        logger.info(f"note: corpora {missing_eval} have no {data_args.eval_split!r} split and are not evaluated")
     if not eval_corpora:
         raise InputError(f"No corpus has a {data_args.eval_split!r} split to evaluate "
                          f"(eval_split={data_args.eval_split!r}).")

@@ -19,7 +19,7 @@ one-to-many run every corpus decodes into another language, so each corpus carri
   generation path of evaluation. :func:`labels_generation_kwargs` reads the same from a tokenized corpus's
   labels, for a trainer that was given none.
 * :func:`language_code_ids` — every language-code token id of a tokenizer: the rewards leave a code that
-  opens the labels unscored (:func:`uat_hf.strategies.rewards.scored_mask`).
+  opens the labels unscored (:func:`uat_hf.models.targets.scored_mask`).
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models.modes import model_device, restored_modes
+from ..models.targets import scored_mask, target_logits
 from ..sampling.packing import draw_token_batch, example_lengths, split_by_tokens
-from ..strategies.rewards import model_device, restored_modes, scored_mask, target_logits
 from ..utils.columns import MODEL_COLUMNS
 
 __all__ = ["CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample", "suspect_corpora"]

@@ -28,24 +28,39 @@ def detokenize(tokenizer: Any, token_ids: np.ndarray | Sequence[Sequence[int]]) 
     return [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
 
 
-def translation_scores(
-    hypotheses: Sequence[str], references: Sequence[str], *, bleu_tokenize: str = "13a"
-) -> tuple[dict[str, float], dict[str, str]]:
-    """Corpus BLEU and chrF of ``hypotheses`` against one reference each.
+#: sacreBLEU's corpus-level metrics a run can score each corpus with (``UATConfig.corpus_metrics``). BLEU and chrF
+#: are always scored (the tables, the copy baseline and best-model selection read them); ``chrfpp`` is chrF++
+#: (word bigrams too) and ``ter`` the translation edit rate, for which lower is better.
+CORPUS_METRICS = ("bleu", "chrf", "chrfpp", "ter")
 
-    Returns ``({"bleu": ..., "chrf": ...}, {"bleu": signature, "chrf": signature})``.
+
+def check_corpus_metrics(names: Sequence[str]) -> list[str]:
+    """``names`` with BLEU and chrF first, each once; an unknown name is refused, naming the known ones."""
+    unknown = [name for name in names if name not in CORPUS_METRICS]
+    if unknown:
+        raise ValueError(f"corpus_metrics: unknown metric {unknown[0]!r}; choose from {', '.join(CORPUS_METRICS)} "
+                         "(sacreBLEU's; a metric of your own goes in compute_metrics, which runs per corpus too).")
+    return [name for name in CORPUS_METRICS if name in ("bleu", "chrf") or name in names]
+
+
+def translation_scores(
+    hypotheses: Sequence[str], references: Sequence[str], *, bleu_tokenize: str = "13a",
+    metrics: Sequence[str] = ("bleu", "chrf"),
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Corpus-level ``metrics`` (:data:`CORPUS_METRICS`) of ``hypotheses`` against one reference each.
+
+    Returns ``({"bleu": ..., "chrf": ..., ...}, {"bleu": signature, "chrf": signature, ...})``.
     """
     if len(hypotheses) != len(references):
         raise ValueError(f"Got {len(hypotheses)} hypotheses for {len(references)} references; they must pair up.")
-    bleu = sacrebleu.BLEU(tokenize=bleu_tokenize)
-    chrf = sacrebleu.CHRF()
-    refs = [list(references)]
-    bleu_score = bleu.corpus_score(list(hypotheses), refs)
-    chrf_score = chrf.corpus_score(list(hypotheses), refs)
-    return (
-        {"bleu": float(bleu_score.score), "chrf": float(chrf_score.score)},
-        {"bleu": str(bleu.get_signature()), "chrf": str(chrf.get_signature())},
-    )
+    scorers = {"bleu": lambda: sacrebleu.BLEU(tokenize=bleu_tokenize), "chrf": sacrebleu.CHRF,
+               "chrfpp": lambda: sacrebleu.CHRF(word_order=2), "ter": sacrebleu.TER}
+    scores, signatures = {}, {}
+    for name in check_corpus_metrics(metrics):
+        metric = scorers[name]()
+        scores[name] = float(metric.corpus_score(list(hypotheses), [list(references)]).score)
+        signatures[name] = str(metric.get_signature())
+    return scores, signatures
 
 
 def macro_average(per_corpus: Mapping[str, Mapping[str, float]], key: str) -> float:

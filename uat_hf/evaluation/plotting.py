@@ -36,7 +36,9 @@ __all__ = [
     "average_law",
     "compare_probabilities",
     "corpus_curves",
+    "distinct_labels",
     "load_history",
+    "mix_figure",
     "plot_cosine_heatmap",
     "plot_law_heatmap",
     "plot_probabilities",
@@ -144,6 +146,26 @@ def plot_probabilities(history_or_output_dir: HistorySource, path: str | Path, *
                             title or _title("Corpus sampling probabilities", history))
 
 
+def mix_figure(history_or_output_dir: HistorySource, *, title: str | None = None) -> Figure:
+    """p over the training steps as a stacked area (the corpora's shares of each batch add up to 1): the mix at
+    a glance, for a tracker's image panel (:mod:`~uat_hf.training.mix_figure`)."""
+    history = load_history(history_or_output_dir)
+    curves = corpus_curves(history, "probabilities")
+    steps = next(iter(curves.values()))[0]
+    figure = Figure(figsize=(7.5, 4.0), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    axes.stackplot(steps, *[values for _, values in curves.values()], labels=list(curves), alpha=0.85)
+    axes.set_xlim(steps[0], max(steps[-1], steps[0] + 1))
+    axes.set_ylim(0.0, 1.0)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("training step")
+    axes.set_ylabel("share of training batches (p)")
+    axes.set_title(title or _title("Corpus mix", history), fontsize=11)
+    axes.legend(title="corpus", fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return figure
+
+
 def plot_rewards(history_or_output_dir: HistorySource, path: str | Path, *, title: str | None = None) -> Path:
     """One line per corpus: the reward R(n) measured at each update (uncertainty or gradient cosine) by a reward
     strategy."""
@@ -220,10 +242,9 @@ def plot_run(output_dir: str | Path, out_dir: str | Path | None = None) -> list[
 def compare_probabilities(runs: Sequence[str | Path]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
     """Run label → :func:`corpus_curves` of p, for several runs on one chart. A static strategy's run (one record,
     at step 0) holds its p flat to the last step any run reached, so that a proportional baseline lies beside a
-    learned run. Labels are the runs' folder names (their paths where two names clash)."""
+    learned run. Labels are the parts of the runs' paths that tell them apart (:func:`distinct_labels`)."""
     histories = [load_history(run) for run in runs]
-    names = [Path(run).name if Path(run).suffix != ".jsonl" else Path(run).parent.name for run in runs]
-    labels = names if len(set(names)) == len(names) else [str(run) for run in runs]
+    labels = distinct_labels([Path(run).parent if Path(run).suffix == ".jsonl" else Path(run) for run in runs])
     last = max(int(record["step"]) for history in histories for record in history)
     compared = {}
     for label, history in zip(labels, histories):
@@ -233,6 +254,20 @@ def compare_probabilities(runs: Sequence[str | Path]) -> dict[str, dict[str, tup
                       else (steps, values) for name, (steps, values) in curves.items()}
         compared[f"{label} ({history[0].get('strategy') or '?'})"] = curves
     return compared
+
+
+def distinct_labels(folders: Sequence[Path]) -> list[str]:
+    """What tells run folders apart: their paths without the leading and trailing parts they all share
+    (``runs/multiuat/seed1`` and ``runs/proportional/seed1``: ``multiuat`` and ``proportional``; ``a/seed1`` and
+    ``a/seed2``: ``seed1`` and ``seed2``). One folder, or folders that differ in nothing: their names."""
+    parts = [Path(folder).resolve().parts for folder in folders]
+    shortest = min((len(p) for p in parts), default=0)
+    lead = next((i for i in range(shortest) if len({p[i] for p in parts}) > 1), shortest)
+    trail = next((i for i in range(shortest - lead) if len({p[len(p) - 1 - i] for p in parts}) > 1), shortest - lead)
+    labels = ["/".join(p[lead:len(p) - trail]) for p in parts]
+    if len(folders) < 2 or not all(labels) or len(set(labels)) < len(labels):
+        return [Path(folder).name or str(folder) for folder in folders]
+    return labels
 
 
 def probability_comparison_figure(runs: Sequence[str | Path], *, title: str | None = None) -> Figure:

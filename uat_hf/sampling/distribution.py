@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 # is under "strategy_state", and "update_count" counts the records (a static strategy's step-0 one included) but
 # those of corpora set aside ("set_aside", optional: absent in a checkpoint that set none aside)
 _STATE_FORMAT = 3
+#: An update that moves p by more than this share of p's distance to uniform (and at least LARGE_UPDATE_MIN, in total
+#: variation) is said once per run: the 0.9975/0.0025 prior of a 2M and a 5K corpus sent to 0.5/0.5 by one step.
+LARGE_UPDATE_SHARE, LARGE_UPDATE_MIN = 0.5, 0.05
 
 
 class CorpusDistribution:
@@ -73,6 +76,7 @@ class CorpusDistribution:
         self.version = 0
         #: One record per update: step, strategy, p (the prior in the first), seconds, the strategy's own fields.
         self.history: list[dict[str, Any]] = []
+        self._warned_large = False
         self._pending_seconds = 0.0
         #: Corpora set aside (:meth:`set_aside`): name -> the share of p they keep at most.
         self.set_aside_shares: dict[str, float] = {}
@@ -153,7 +157,7 @@ class CorpusDistribution:
         resume (the callback seeds it with the seed and the update count)."""
         if not self.is_dynamic:
             raise ValueError(f"Strategy {self.strategy!r} keeps p fixed; it has no balancing update.")
-        before = self.probabilities
+        before, p_before = self.probabilities, self._p
         self._pending_seconds += seconds
         measurement = Measurement(int(step), np.asarray(values, dtype=np.float64), dict(extras or {}), self.p,
                                   self.prior, rng if rng is not None else np.random.default_rng(self.update_count))
@@ -166,6 +170,7 @@ class CorpusDistribution:
             validate_probabilities(proposal.p, self.names)
             self._proposed = np.array(proposal.p, dtype=np.float64)
             self._p = self._capped(self._proposed)  # as proposed, bit for bit, unless a corpus is set aside
+            self._say_if_large(p_before, step)
         elif proposal.skipped:
             logger.warning("Skipping the balancing update at step %s: %s. p stays %s.", step, proposal.skipped,
                            dict(zip(self.names, self._p.round(4).tolist())))
@@ -210,6 +215,24 @@ class CorpusDistribution:
         """The record of a static strategy, written once when training starts (at step 0, where its p holds from):
         its p, so that every run, learned or not, leaves a p trace to plot and compare."""
         return self._record(0, {}, None)
+
+    def _say_if_large(self, before: np.ndarray, step: int) -> None:
+        """Warn, once per run, when one update moved p by more than :data:`LARGE_UPDATE_SHARE` of the way from p to
+        uniform (total variation, and at least :data:`LARGE_UPDATE_MIN`): a step that size is a jump, not balancing,
+        and usually means the strategy's step setting is too large for this run."""
+        if self._warned_large:
+            return
+        moved = 0.5 * float(np.abs(self._p - before).sum())
+        to_uniform = 0.5 * float(np.abs(before - 1.0 / len(before)).sum())
+        if moved >= LARGE_UPDATE_MIN and moved > LARGE_UPDATE_SHARE * to_uniform:
+            self._warned_large = True
+            setting = getattr(self.proposer, "step_setting", None)
+            logger.warning(
+                "The balancing update at step %s moved p by %.2f (total variation), %.0f%% of its distance to uniform "
+                "(%.2f), in one step: from %s to %s. %s Said once per run.", step, moved,
+                100 * moved / to_uniform if to_uniform else float("inf"), to_uniform,
+                dict(zip(self.names, before.round(4).tolist())), dict(zip(self.names, self._p.round(4).tolist())),
+                f"Lower {setting} for gradual balancing." if setting else "The strategy's step is large for this run.")
 
     def _mix_changed(self, before: np.ndarray, accepted: bool) -> None:
         if accepted or not np.array_equal(before, self.probabilities):

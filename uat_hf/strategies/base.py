@@ -53,6 +53,8 @@ class BalancingStrategy:
     config_fields: ClassVar[tuple[str, ...]] = ()
     #: What p follows, in the refusal of :meth:`~uat_hf.sampling.distribution.CorpusDistribution.set_probabilities`.
     learned_by: ClassVar[str] = "its strategy"
+    #: The setting that sizes one update's step (named when an update moves p far in one go); ``None``: none.
+    step_setting: ClassVar[str | None] = None
     #: The name the class was registered under (set by ``register_strategy``), for its messages.
     registered_name: ClassVar[str] = ""
     #: A ``UATConfig`` field that the spelling ``<name>-<value>`` sets (MultiUAT: ``measure``); ``None``: no variants.

@@ -27,6 +27,7 @@ class ScorerStrategy(BalancingStrategy):
     """
 
     learned_by = "its scorer"
+    step_setting = "scorer_lr"
 
     def __init__(self, names: Sequence[str], prior: Sequence[float], *, lr: float = 1e-4, steps: int = 200,
                  prior_fit: str = "released") -> None:

@@ -30,14 +30,16 @@ from transformers.trainer_utils import seed_worker
 
 from ..data.language_codes import language_code_ids
 from ..models.causal_lm import is_causal_lm
+from ..models.targets import require_supported_model
 from ..sampling.sampler import CorpusBatchSampler
 from ..sampling.stream_batches import StreamBatchSampler, StreamedExamples
 from ..strategies.registry import get_strategy
-from ..strategies.rewards import BalancingReward, require_supported_model
+from ..strategies.rewards import BalancingReward
 from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
 from .balancing_arguments import BalancingArguments
 from .callback import CorpusBalancingCallback
 from .health_callback import CorpusHealthCallback
+from .mix_figure import MixFigureCallback
 from .resume_check import resume_settings
 from .streaming import any_stream, stream_sampler
 from .uat_config import UATConfig
@@ -134,6 +136,8 @@ def attach_balancing(
     callbacks = trainer.callback_handler.callbacks
     flow = next((i for i, c in enumerate(callbacks) if isinstance(c, DefaultFlowCallback)), -1)
     callbacks.insert(flow + 1, callback)
+    if reward is not None:  # a learned p, drawn for the trackers with an image API (after their own on_log)
+        callbacks.append(MixFigureCallback(callback.distribution, callbacks))
     if checks:
         set_aside = config.corpus_health_action == "set_aside"
         callbacks.insert(flow + 2, CorpusHealthCallback(

@@ -100,8 +100,7 @@ class BalancingArguments:
         default=None,
         metadata={
             "help": "multiuat: adaptive K. The MC passes run in blocks of mc_min_samples, each block only for the "
-            "corpora whose reward is not yet known to this fraction of the rewards' spread (SE_n <= mc_tolerance * "
-            "(max_m R_m - min_m R_m), SE_n the standard error of corpus n's mean over its passes), until all are; "
+            "corpora whose reward's standard error is above this fraction of the rewards' spread, until none is; "
             "never more than mc_samples. Unset (default): always mc_samples passes, as in the paper."
         },
     )
@@ -226,6 +225,10 @@ class BalancingArguments:
     )
     bleu_tokenize: str = field(
         default="13a", metadata={"help": "sacreBLEU tokenizer (13a; 'zh', 'ja-mecab', 'char', ... for CJK targets)."}
+    )
+    corpus_metrics: list[str] = field(
+        default_factory=lambda: ["bleu", "chrf"],
+        metadata={"help": "Per-corpus sacreBLEU metrics and means: bleu, chrf (always), chrfpp, ter."},
     )
     predict_with_generate: bool = field(
         default=True, metadata={"help": "Evaluate by generation (needed for BLEU/chrF)."}

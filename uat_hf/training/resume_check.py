@@ -30,8 +30,8 @@ STATE_FORMAT = 4
 
 #: Balancing fields that may change on resume: they change what is logged, checked or allowed, not what the
 #: resumed run computes. The Trainer's own fields (max_steps, save/eval/logging settings, output_dir) may too.
-CHANGEABLE_ON_RESUME = ("allow_inexact_resume", "allow_nonfinite_loss", "bleu_tokenize", "predict_with_generate",
-                        "corpus_health_checks", "corpus_health_tokens")
+CHANGEABLE_ON_RESUME = ("allow_inexact_resume", "allow_nonfinite_loss", "bleu_tokenize", "corpus_metrics",
+                        "predict_with_generate", "corpus_health_checks", "corpus_health_tokens")
 #: The fields a resume must keep: every other balancing field, and the seeds (they seed the dev batches, the
 #: sampler and the dropout of each update).
 FIXED_ON_RESUME = tuple(f.name for f in fields(BalancingArguments) if f.name not in CHANGEABLE_ON_RESUME) + (

@@ -143,6 +143,9 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
             raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
                              f"{self.scorer_prior_fit!r}.")
         strategy.check_config(self)  # the strategy's own knobs (a static prior's: hand-given probabilities or none)
+        from ..evaluation.metrics import check_corpus_metrics  # sacreBLEU: not imported for --help
+
+        self.corpus_metrics = check_corpus_metrics(self.corpus_metrics)
         if self.mc_batch_mode not in MC_BATCH_MODES:
             raise ValueError(f"mc_batch_mode must be one of {', '.join(MC_BATCH_MODES)}, got {self.mc_batch_mode!r}.")
         if self.corpus_health_action not in HEALTH_ACTIONS:

@@ -34,14 +34,13 @@ from transformers import DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer,
 from transformers.trainer_utils import PredictionOutput
 
 from ..data.language_codes import labels_generation_kwargs, places_language_codes, save_generation_kwargs
-from ..data.streams import is_stream
 from ..evaluation import user_metrics
 from ..evaluation.causal_eval import continuation, first_line, left_padding, prompt_only
 from ..evaluation.corpus_evaluation import corpus_references, in_original_order, longest_source_first_order
 from ..evaluation.metrics import detokenize, macro_means, translation_scores
 from ..models.causal_lm import is_causal_lm
+from ..models.targets import require_supported_model
 from ..sampling.distribution import CorpusDistribution
-from ..strategies.rewards import require_supported_model
 from ..utils.checkpoints import (
     BALANCING_STATE_FILE,
     TRAINER_STATE_FILE,
@@ -50,11 +49,11 @@ from ..utils.checkpoints import (
     resolve_resume_checkpoint,
 )
 from ..utils.columns import IGNORE_INDEX, REFERENCE_COLUMN
-from ..utils.names import check_corpus_name
 from .balancing import attach_balancing, check_corpora, concatenate_corpora, corpus_dataloader
 from .nonfinite import watch_nonfinite_loss
 from .resume_check import check_trainer_resume
 from .throughput import TrainedCount
+from .trainer_corpora import named_corpora
 from .uat_config import UATConfig
 
 __all__ = ["CorpusTranslation", "UATTrainer", "attach_balancing", "concatenate_corpora", "corpus_dataloader"]
@@ -79,10 +78,13 @@ class UATTrainer(Seq2SeqTrainer):
         model: any Hugging Face encoder-decoder model (MarianMT, BART, T5, ...).
         args: :class:`~uat_hf.training.uat_config.UATConfig`.
         train_corpora: name → tokenized ``Dataset`` or streamed ``IterableDataset`` with ``input_ids``/``labels``
-            (``None``: an evaluation-only trainer, as a ``Trainer`` built without ``train_dataset``).
-        dev_corpora: name → tokenized trusted dev set per training corpus (what MultiUAT/MultiDDS-S measure).
-        eval_corpora: name → tokenized sets to evaluate by generation (default: ``dev_corpora``). A
-            ``target_text`` column, when present, gives the references; otherwise the labels are decoded.
+            (``None``: an evaluation-only trainer, as a ``Trainer`` built without ``train_dataset``). The stock
+            keyword ``train_dataset=`` takes the same dict.
+        dev_corpora: name → tokenized trusted dev set per training corpus (what MultiUAT/MultiDDS-S measure;
+            default: the evaluation corpora of the training corpora's names, :mod:`~uat_hf.training.trainer_corpora`).
+        eval_corpora: name → tokenized sets to evaluate by generation (default: ``dev_corpora``); the stock keyword
+            ``eval_dataset=`` takes the same dict. A ``target_text`` column, when present, gives the references;
+            otherwise the labels are decoded.
         processing_class: the tokenizer (needed to decode translations).
         corpus_generation_kwargs: name → ``generate`` keyword arguments for that corpus only, e.g.
             ``{"de": {"forced_bos_token_id": 250004}}``: in a one-to-many run with NLLB / M2M100 / mBART-50
@@ -115,12 +117,8 @@ class UATTrainer(Seq2SeqTrainer):
         corpus_audit: Any = None,
         **kwargs: Any,
     ) -> None:
-        if "train_dataset" in kwargs or "eval_dataset" in kwargs:
-            given = " and ".join(k for k in ("train_dataset", "eval_dataset") if k in kwargs)
-            raise TypeError(
-                f"UATTrainer got {given}, but it balances named corpora: pass train_corpora={{name: dataset, ...}} "
-                "(and dev_corpora / eval_corpora the same way) instead. With a single dataset, use Seq2SeqTrainer."
-            )
+        train, self.dev_corpora, self.eval_corpora = named_corpora(train_corpora, dev_corpora, eval_corpora, kwargs)
+        self.train_corpora = train or {}
         if args is None:
             args = UATConfig(output_dir="uat_output")
         if not isinstance(args, UATConfig):
@@ -129,18 +127,9 @@ class UATTrainer(Seq2SeqTrainer):
         if processing_class is None:
             raise ValueError("UATTrainer needs processing_class (the tokenizer) to batch inputs and decode "
                              "translations.")
-        self.train_corpora = dict(train_corpora or {})
-        self.dev_corpora = dict(dev_corpora or {})
-        self.eval_corpora = dict(eval_corpora if eval_corpora is not None else self.dev_corpora)
         if model is not None:
             require_supported_model(model)
-        named = (("training", self.train_corpora), ("dev", self.dev_corpora), ("evaluation", self.eval_corpora))
-        for kind, corpora in named:
-            for name, dataset in corpora.items():
-                check_corpus_name(name, f"UATTrainer {kind} corpora")
-                if not is_stream(dataset) and len(dataset) == 0:  # a stream's emptiness shows when read
-                    raise ValueError(f"The {kind} corpus {name!r} is empty; check its data files and filters.")
-        if train_corpora is not None:
+        if train is not None:
             check_corpora(self.train_corpora, self.dev_corpora, args)
         if data_collator is None:
             data_collator = DataCollatorForSeq2Seq(processing_class, model=model, label_pad_token_id=IGNORE_INDEX)
@@ -161,13 +150,14 @@ class UATTrainer(Seq2SeqTrainer):
             **kwargs,
         )
         self.corpus_audit = corpus_audit
-        self.balancing = None if train_corpora is None else attach_balancing(
+        self.balancing = None if train is None else attach_balancing(
             self, self.train_corpora, self.dev_corpora, corpus_sizes=corpus_sizes)
         self.corpus_sampler = self.balancing.sampler if self.balancing is not None else None
         watch_nonfinite_loss(self)
         self._read_generation_codes()
         if compute_metrics is not None and not self.args.batch_eval_metrics:  # a clashing key: refused now
             user_metrics.probe_compute_metrics(compute_metrics, self.eval_corpora, processing_class.pad_token_id,
+                                               self.args.corpus_metrics,
                                                include_inputs="inputs" in self.args.include_for_metrics)
 
     #: Tells :func:`~uat_hf.training.balancing.attach_balancing` that get_train_dataloader already reads the sampler.
@@ -283,7 +273,7 @@ class UATTrainer(Seq2SeqTrainer):
             metrics = {}
             for translation in translations.values():
                 metrics.update(translation.output.metrics)
-            metrics.update(macro_means(metrics, list(translations), metric_key_prefix))
+            metrics.update(macro_means(metrics, list(translations), metric_key_prefix, self.args.corpus_metrics))
             keys = {name: translation.metric_keys for name, translation in translations.items()}
             metrics.update(user_metrics.user_metric_means(metrics, keys, metric_key_prefix))
         self.log(metrics)
@@ -320,15 +310,15 @@ class UATTrainer(Seq2SeqTrainer):
             gen_kwargs = {"max_new_tokens": self.args.generation_max_length or 256, **gen_kwargs}
         order = longest_source_first_order(dataset)
         with left_padding(self.processing_class) if causal else contextlib.nullcontext(), \
-                user_metrics.recorded_metric_keys(self) as metric_keys:
+                user_metrics.recorded_metric_keys(self, self.args.corpus_metrics) as metric_keys:
             output = super().predict(dataset.select(order), ignore_keys, metric_key_prefix, **gen_kwargs)
         output = in_original_order(output, order)
         hypotheses = detokenize(self.processing_class, output.predictions)[: len(dataset)]
         if causal:
             hypotheses = [first_line(text) for text in hypotheses]
         if references is not None:
-            scores, signatures = translation_scores(hypotheses, references, bleu_tokenize=self.args.bleu_tokenize)
-            user_metrics.refuse_clashing_keys(metric_keys, metric_key_prefix)  # compute_metrics set after __init__
+            scores, signatures = translation_scores(hypotheses, references, bleu_tokenize=self.args.bleu_tokenize,
+                                                    metrics=self.args.corpus_metrics)
             self.metric_signatures.update(signatures)
             output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in scores.items()})
         return CorpusTranslation(hypotheses, references, output, metric_keys)

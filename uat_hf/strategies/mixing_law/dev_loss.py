@@ -9,7 +9,7 @@ to rank k mod P), one all-reduce adds them up, and :meth:`DevLoss.finalize` divi
 rank. A sharded model (FSDP, ZeRO-3) gathers its parameters in every forward, so there every rank runs every
 sub-batch and keeps only its own share.
 
-A leading language code (NLLB, M2M100, mBART-50) is not scored (:func:`~uat_hf.strategies.rewards.scored_mask`, as
+A leading language code (NLLB, M2M100, mBART-50) is not scored (:func:`~uat_hf.models.targets.scored_mask`, as
 the other rewards): it is fixed by the corpus, not translated, so in a one-to-many run training on corpus j teaches
 the model to open with j's code, which lowers j's dev loss and raises every other's. Scored, that term made up
 10–18 % of a measured effect on a tiny M2M100: a spurious "helps itself, hurts the others" pattern in the law.
@@ -24,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..rewards import BalancingReward, model_device, restored_modes, scored_mask, sharding, target_logits
+from ...models.modes import model_device, restored_modes, sharding
+from ...models.targets import scored_mask, target_logits
+from ..rewards import BalancingReward
 
 __all__ = ["DevLoss", "dev_loss_sums"]
 

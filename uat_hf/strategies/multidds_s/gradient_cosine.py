@@ -24,22 +24,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..rewards import (
-    BalancingReward,
-    dropout_active,
-    private_rng,
-    restored_modes,
-    scored_mask,
-    sharding,
-    target_logits,
-)
+from ...models.modes import dropout_active, private_rng, restored_modes, sharding
+from ...models.targets import scored_mask, target_logits
+from ..rewards import BalancingReward
 
 DEV_SHARING = ("auto", "recompute", "broadcast")
 
 
 @contextlib.contextmanager
 def gradient_mode(model: nn.Module, seed: int, dropout: bool = False) -> Iterator[None]:
-    """Autograd on, the model in eval mode (``dropout=False``) or :func:`~uat_hf.strategies.rewards.dropout_active`
+    """Autograd on, the model in eval mode (``dropout=False``) or :func:`~uat_hf.models.modes.dropout_active`
     (``dropout=True``), a private seeded RNG; every module's mode and every ``.grad`` reference restored.
 
     ``.grad`` is not written by the measurement (gradients come from :func:`torch.autograd.grad`); the
@@ -63,7 +57,7 @@ def gradient_mode(model: nn.Module, seed: int, dropout: bool = False) -> Iterato
 def _token_loss_sum(model: nn.Module, batch: Mapping[str, torch.Tensor], label_smoothing: float = 0.0,
                     language_code_ids: Collection[int] = ()) -> torch.Tensor:
     """Summed token cross-entropy of ``batch`` (teacher-forced) at the scored target positions only: real
-    tokens, not a leading language code (:func:`~uat_hf.strategies.rewards.scored_mask`).
+    tokens, not a leading language code (:func:`~uat_hf.models.targets.scored_mask`).
 
     With ``label_smoothing`` ε each token's loss is ``(1 - ε)·NLL + ε·mean_v(-log p_v)``, the loss of the
     Trainer's ``label_smoothing_factor`` and of fairseq's ``label_smoothed_cross_entropy``.
@@ -95,7 +89,7 @@ class GradientCosineReward(BalancingReward):
             corpus j for dev corpus i, as both reference codes draw them (only entries with
             ``j % num_processes == process_index`` are read; others may be ``None``).
         language_code_ids: the tokenizer's language-code token ids (NLLB, M2M100, mBART-50): a code opening a
-            row's labels is left out of every loss (:func:`~uat_hf.strategies.rewards.scored_mask`), as the
+            row's labels is left out of every loss (:func:`~uat_hf.models.targets.scored_mask`), as the
             authors never
             score it. Empty (default): every real label position counts.
 
@@ -186,7 +180,7 @@ class GradientCosineReward(BalancingReward):
         label_smoothing: float = 0.0, language_code_ids: Collection[int] = (),
     ) -> torch.Tensor:
         """∇θ of the batch's mean token cross-entropy as one float32 vector (model mode and autograd as set),
-        over the positions :func:`~uat_hf.strategies.rewards.scored_mask` keeps."""
+        over the positions :func:`~uat_hf.models.targets.scored_mask` keeps."""
         device = params[0].device
         flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=device)
         tokens = sum(int(scored_mask(b["labels"], language_code_ids).sum()) for b in batches)

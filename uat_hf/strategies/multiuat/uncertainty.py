@@ -2,7 +2,7 @@
 
 :class:`UncertaintyReward` runs K Monte Carlo dropout passes per corpus, teacher-forced on the reference
 prefix, with no autograd, computing the output layer only at real target positions
-(:func:`~uat_hf.strategies.rewards.target_logits`). What is different from the authors' code: no graph is built,
+(:func:`~uat_hf.models.targets.target_logits`). What is different from the authors' code: no graph is built,
 padding is cut by sorting the dev sentences by length into sub-batches, the K·N passes are split across
 ranks, and the dropout masks come from a forked, seeded RNG so that measuring never perturbs the training
 RNG stream (and a resumed run measures the same).
@@ -23,7 +23,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..rewards import BalancingReward, dropout_active, model_device, scored_mask, sharding, target_statistics
+from ...models.modes import dropout_active, model_device, sharding
+from ...models.targets import scored_mask
+from ..rewards import BalancingReward, target_statistics
 from .measures import eos_positions, needs_entropy, needs_eos, sentence_uncertainty
 
 __all__ = ["SCHEDULES", "UncertaintyReward", "batch_sentence_uncertainty", "dropout_rates", "mc_dropout"]
@@ -63,7 +65,7 @@ def batch_sentence_uncertainty(
     language_code_ids: Collection[int] = (),
 ) -> torch.Tensor:
     """Per-sentence uncertainty [B] of one forward pass (dropout as currently set on the model), over the
-    positions :func:`~uat_hf.strategies.rewards.scored_mask` keeps (a leading language code of ``language_code_ids`` is
+    positions :func:`~uat_hf.models.targets.scored_mask` keeps (a leading language code of ``language_code_ids`` is
     not scored)."""
     targets = _Targets.of(batch["labels"], measure, eos_token_id, language_code_ids)
     return _uncertainty(model, batch, measure, targets, validate=True)
@@ -124,7 +126,7 @@ class UncertaintyReward(BalancingReward):
         eos_token_id: needed by ``enteos``.
         language_code_ids: the tokenizer's language-code token ids (NLLB, M2M100, mBART-50; see
             :func:`uat_hf.data.language_codes.language_code_ids`): a code opening a row's labels is not scored
-            (:func:`~uat_hf.strategies.rewards.scored_mask`). Empty (default): every real label position is scored.
+            (:func:`~uat_hf.models.targets.scored_mask`). Empty (default): every real label position is scored.
         mode: ``loop`` runs K forward passes; ``replicate`` repeats each sub-batch along the batch axis (each
             row gets its own dropout mask, so this is K independent passes in one), in chunks of at most
             ``replicate_tokens`` padded tokens; ``auto`` replicates on GPU and loops on CPU, where separate
@@ -136,7 +138,7 @@ class UncertaintyReward(BalancingReward):
             runs discarded forwards (one dev sentence each) until it has run as many forwards as the busiest
             rank; ranks can compute one another's plan, so this needs no communication. The real passes and
             their dropout masks are those of ``split``, so the rewards are bit-identical to it. ``auto``
-            (default): ``padded`` when the model is sharded (:func:`~uat_hf.strategies.rewards.sharding`), else
+            (default): ``padded`` when the model is sharded (:func:`~uat_hf.models.modes.sharding`), else
             ``split``.
         tolerance: adaptive K (``None``, the default: always K passes, as the paper). The passes run in blocks of
             ``min_samples``; after each block, with n passes done per corpus, R_n is the mean of corpus n's
@@ -195,9 +197,15 @@ class UncertaintyReward(BalancingReward):
             config = getattr(model, "config", None)
             fields = {k: v for k, v in (config.to_dict().items() if config is not None else ()) if "dropout" in k}
             checked = f" (config: {', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else ""
+            rate = next((k for k in ("dropout", "attention_dropout", "hidden_dropout") if k in fields), None)
+            rate = rate or next(iter(fields), None)
+            how = (f"Set a dropout rate of its config before building it ({rate}=0.1; uat-train: model_overrides: "
+                   f"{{{rate}: 0.1}}), train a LoRA adapter with lora_dropout > 0," if rate else
+                   "Its config has no dropout field: train a LoRA adapter with lora_dropout > 0, use a model with "
+                   "dropout,")
             raise ValueError(
                 "strategy 'multiuat' measures uncertainty with Monte Carlo dropout, but every dropout rate of the "
-                f"model is 0{checked}. Set a dropout rate (e.g. config.dropout=0.1) or choose a static strategy."
+                f"model is 0{checked}. {how} or choose a static strategy."
             )
 
     def passes_for_rank(self, num_corpora: int, process_index: int, num_processes: int,
