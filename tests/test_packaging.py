@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "uat_hf"
 BUNDLED = PACKAGE / "bundled"
 #: What the build reads besides the package itself.
-BUILD_FILES = ("pyproject.toml", "setup.cfg", "MANIFEST.in", "README.md")
+BUILD_FILES = ("pyproject.toml", "MANIFEST.in", "README.md", "LICENSE")
 #: Declared but imported nowhere, on purpose.
 NOT_IMPORTED = {
     "ipykernel": "the python3 kernel that tests/test_examples.py runs the notebook in",

@@ -21,8 +21,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .utils.logging import configure_library_logger
+from .utils.version import __version__
 
-__version__ = "0.1.0"
 configure_library_logger()  # uat-hf's messages follow Transformers' verbosity (uat_hf.utils.logging)
 
 #: Public name → the module that defines it.

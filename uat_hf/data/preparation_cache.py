@@ -26,6 +26,7 @@ from pathlib import Path
 
 import datasets
 
+from ..utils.version import __version__
 from .corpus_specs import CorpusSpec
 
 __all__ = [
@@ -99,9 +100,7 @@ def spec_fingerprint(spec: CorpusSpec) -> tuple[dict | None, str | None]:
 
 def preparation_key(inputs: Mapping) -> str:
     """A hash of ``inputs`` (JSON-serialisable) and of the package and cache format versions."""
-    import uat_hf
-
-    text = json.dumps({"inputs": inputs, "uat_hf": uat_hf.__version__, "format": CACHE_FORMAT}, sort_keys=True,
+    text = json.dumps({"inputs": inputs, "uat_hf": __version__, "format": CACHE_FORMAT}, sort_keys=True,
                       default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
