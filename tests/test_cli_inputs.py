@@ -16,7 +16,7 @@ import yaml
 
 from conftest import save_marian_tokenizer
 from uat_hf.cli import train as cli
-from uat_hf.cli.train_data import build_tokenizer
+from uat_hf.cli.run_tokenizer import build_tokenizer
 from uat_hf.data.corpora import BUNDLED_DIR
 from uat_hf.data.tokenization import check_tags_in_vocab, load_tokenizer
 

@@ -139,3 +139,30 @@ def test_audit_specs_measures_the_pairs_the_cleaning_keeps():
     kept = {spec.name: len(preprocess(load_corpus_split(spec, "train"), cleaning, corpus=spec.name)) for spec in specs}
     assert {name: audit.pairs for name, audit in report.corpora.items()} == kept
     assert kept["software"] < len(load_corpus_split(specs[-1], "train"))  # the cleaning did remove pairs here
+
+
+def test_a_streamed_corpus_is_audited_on_its_first_pairs(tmp_path):
+    """A stream has no random access: the audit reads its first pairs, as the run will stream them, and judges them
+    against the dev set like any corpus; its size is the one its metadata gives."""
+    import gzip
+    import shutil
+
+    from uat_hf.data.audit import audit_specs
+    from uat_hf.data.preprocessing import PreprocessingConfig
+
+    for name in ("bible", "descriptions"):
+        for split in ("train", "dev"):
+            shutil.copy(MULTIDOMAIN / f"{name}.{split}.jsonl.gz", tmp_path / f"{name}.{split}.jsonl.gz")
+    rows = [json.loads(line) for line in gzip.open(MULTIDOMAIN / "descriptions.train.jsonl.gz", "rt")]
+    with gzip.open(tmp_path / "descriptions.train.jsonl.gz", "wt") as out:  # untranslated: target = source
+        for row in rows:
+            out.write(json.dumps({"translation": {"en": row["translation"]["en"], "de": row["translation"]["en"]}})
+                      + "\n")
+    specs = corpus_specs_from_directory(tmp_path, *LANGS)
+    report = audit_specs(specs, PreprocessingConfig(), sample=500, streamed={"bible", "descriptions"})
+    bible, descriptions = report.corpora["bible"], report.corpora["descriptions"]
+    assert bible.streamed and descriptions.streamed and report.suspects == ["descriptions"], report.table()
+    assert {"copy", "language"} <= set(descriptions.flagged) and bible.verdict == "ok"
+    assert 450 < bible.sampled <= 500  # its first 500 pairs, after the cleaning
+    assert bible.pairs == len(load_corpus_split(specs[0], "train"))  # its size: the line count of its file
+    assert "(streamed: its first pairs)" in report.table()

@@ -4,6 +4,7 @@ the bundled files, a real tokenizer and a tiny real model; resume must continue 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -312,6 +313,9 @@ def test_uat_train_streams_the_bundled_corpora_with_multiuat(tmp_path, capsys):
     printed = capsys.readouterr().err  # uat-hf's progress messages
     assert "bible: streaming its training pairs (80 pairs)" in printed and "~80 streamed train" in printed
     assert "preparation cache not used: streamed corpora" in printed
+    # what the tokenizer was trained on is what was read of the streams: their first pairs, not a total
+    assert re.search(r"tokenizer on \d+ training pairs: the first \d+ of each streamed corpus \(bible, dictionary\)",
+                     printed), printed
     results = json.loads((out / "eval_results.json").read_text())
     assert {"eval_bible_bleu", "eval_dictionary_bleu", "eval_software_ood_bleu"} <= set(results)
     assert [h["step"] for h in json_lines(out / HISTORY_FILE)] == [1, 2, 3]  # MultiUAT updated p every step

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
     """The :class:`~uat_hf.data.audit.AuditReport` of ``specs`` as the run cleans them, printed; ``None`` when
-    ``corpus_audit`` is off. Streamed corpora are not audited yet (named in the output)."""
+    ``corpus_audit`` is off. A streamed corpus is audited on its first pairs (no random access to a stream)."""
     if data_args.corpus_audit == "off":
         return None
     import time
@@ -34,16 +34,13 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
     from ..data.preprocessing import PreprocessingConfig
 
     start = time.monotonic()
-    audited = [spec for spec in specs if not streams(spec, data_args)]
-    skipped = [spec.name for spec in specs if spec not in audited]
+    streamed = [spec.name for spec in specs if streams(spec, data_args)]
     preprocessing = PreprocessingConfig(max_length_ratio=data_args.max_length_ratio,
                                         max_source_words=data_args.max_source_words,
                                         max_target_words=data_args.max_target_words, dedupe=data_args.dedupe)
-    report = audit_specs(audited, preprocessing, seed=seed,
-                         cache_dir=data_args.dataset_cache_dir)
+    report = audit_specs(specs, preprocessing, seed=seed, cache_dir=data_args.dataset_cache_dir, streamed=streamed)
     seconds = time.monotonic() - start
-    logger.info(f"corpus audit ({seconds:.0f}s; corpus_audit={data_args.corpus_audit}):\n{report.table()}"
-                + (f"\nnot audited (streamed): {', '.join(skipped)}" if skipped else ""))
+    logger.info(f"corpus audit ({seconds:.0f}s; corpus_audit={data_args.corpus_audit}):\n{report.table()}")
     for name in report.suspects:
         audit = report.corpora[name]
         action = ("its prior counts its effective size" if data_args.corpus_audit == "reweight" else
@@ -56,8 +53,13 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
 
 def audited_sizes(audit, data_args: DataArguments, train) -> dict[str, float] | None:
     """With ``corpus_audit: reweight``, the sizes the prior counts: each suspect corpus's examples times its clean
-    share (the audit sees map-style corpora only, so a run with a stream keeps its sizes)."""
+    share. A streamed run keeps the sizes of its streams (its prior is theirs, or ``corpus_probabilities``), and
+    says so when a corpus is suspect."""
     if audit is None or data_args.corpus_audit != "reweight" or not audit.suspects or set(train) - set(audit.corpora):
+        return None
+    if any(not hasattr(dataset, "__len__") for dataset in train.values()):
+        logger.warning("corpus_audit: reweight does not change a streamed run's prior (its streams' sizes): give the "
+                       "suspect corpora a smaller share with corpus_probabilities, e.g. their effective sizes above.")
         return None
     return audit.effective_sizes({name: len(dataset) for name, dataset in train.items()})
 

@@ -28,7 +28,8 @@ from ..data.preparation_cache import (
     spec_fingerprint,
 )
 from .arguments import DataArguments, ModelArguments
-from .train_data import build_tokenizer, load_data, streams
+from .run_tokenizer import build_tokenizer
+from .train_data import load_data, streams
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def prepare_data(training_args, data_args: DataArguments, model_args: ModelArgum
                  eval_specs: list[CorpusSpec], tags: list[str], tag_of: dict, eval_tag_of: dict, prompt=None,
                  resume_from: str | None = None):
     """``(tokenizer, train, dev, eval_corpora, out_of_domain_names)``, read from the preparation cache when a run
-    with the same key saved them, else prepared (:func:`~uat_hf.cli.train_data.build_tokenizer`,
+    with the same key saved them, else prepared (:func:`~uat_hf.cli.run_tokenizer.build_tokenizer`,
     :func:`~uat_hf.cli.train_data.load_data`) and saved. A run resumed from checkpoint ``resume_from`` uses the
     tokenizer saved there, never a newly trained one."""
     start = time.monotonic()

@@ -64,6 +64,7 @@ class CorpusAudit:
     signals: dict[str, SignalRate] = field(default_factory=dict)
     clean_share: float = 1.0
     not_measurable: str | None = None  # why the rates cannot be judged (no or too small a dev set)
+    streamed: bool = False  # audited on the first pairs of a stream (``pairs``: its size from metadata, if known)
 
     @property
     def flagged(self) -> list[str]:
@@ -117,7 +118,7 @@ class AuditReport:
                 cells.append(f"{'–':>12}" if rate is None else
                              f"{100 * rate.train:>5.1f}{'!' if rate.flagged else ' '}({100 * rate.dev:>4.1f})")
             lines.append(f"{name:<{width}} {audit.pairs:>8} {audit.effective_size:>9.0f} " + " ".join(cells)
-                         + f"  {audit.verdict}")
+                         + f"  {audit.verdict}" + (" (streamed: its first pairs)" if audit.streamed else ""))
         lines.append(f"% of {self.sample} sampled training pairs per corpus (of its dev pairs); ! = above the dev "
                      f"set's rate by >= {MARGIN:.0%} of pairs and z >= {Z_THRESHOLD:g}.")
         return "\n".join(lines)
