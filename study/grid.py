@@ -210,13 +210,22 @@ GUARD_SUFFIX, GUARD_CHECKS = "-setaside", 12
 GUARDED_STRATEGIES = ("proportional", "multiuat-enteos", "mixing-law", "multidds-s")
 
 
-#: Cells whose run starts its prior from the corpus audit's effective sizes (corpus_audit: reweight).
-AUDIT_SUFFIX = "-reweight"
+#: Cells whose run acts on the corpus audit: the prior from the effective sizes (corpus_audit: reweight), or the
+#: failing pairs of a suspect corpus dropped (corpus_audit: drop). The default action is chosen on these cells' dev
+#: scores (docs/corpus_audit.md).
+AUDIT_ACTIONS = {"-reweight": "reweight", "-drop": "drop"}
+
+
+def audit_action(strategy: str) -> str | None:
+    """The ``corpus_audit`` a cell's strategy name asks for (``proportional-drop`` → ``drop``), else ``None``."""
+    return next((action for suffix, action in AUDIT_ACTIONS.items() if strategy.endswith(suffix)), None)
 
 
 def base_strategy(strategy: str) -> str:
     """The strategy of a cell without its guard and audit suffixes (``mixing-law-setaside`` → ``mixing-law``)."""
-    return strategy.removesuffix(AUDIT_SUFFIX).removesuffix(GUARD_SUFFIX)
+    for suffix in AUDIT_ACTIONS:
+        strategy = strategy.removesuffix(suffix)
+    return strategy.removesuffix(GUARD_SUFFIX)
 
 
 def known_answer_cells() -> list[tuple[str, str, str]]:
@@ -228,7 +237,7 @@ def known_answer_cells() -> list[tuple[str, str, str]]:
             + [(setup, "A", strategy) for setup in noise.KINDS
                for strategy in NOISE_STRATEGIES + (("oracle",) if setup in NOISE_ORACLE_SHARES else ())]
             + [(setup, SWEEP_REGIME, strategy) for setup in noise.KINDS
-               for strategy in SWEEP_STRATEGIES + ("proportional" + AUDIT_SUFFIX,)])
+               for strategy in SWEEP_STRATEGIES + tuple("proportional" + suffix for suffix in AUDIT_ACTIONS)])
 
 
 def settings(setup: str, regime: str) -> dict:
@@ -339,8 +348,8 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
     """The YAML of one cell: a comment that says what it is and how it is run, then the fields."""
     settings_ = settings(setup, regime)
     cell = f"{setup}-{regime}-{strategy}"
-    audited = strategy.endswith(AUDIT_SUFFIX)
-    guarded = strategy.removesuffix(AUDIT_SUFFIX).endswith(GUARD_SUFFIX)
+    audited = audit_action(strategy)
+    guarded = base_strategy(strategy) != strategy.removesuffix(f"-{audited}" if audited else "")
     strategy = base_strategy(strategy)
     prior = _fixed_prior_of(setup, strategy)
     fields = {"output_dir": f"runs/study/{cell}/seed1", "strategy": "fixed" if prior else strategy,
@@ -361,9 +370,11 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
                      "health'); otherwise the cell without the guard.")
         fields.update(corpus_health_action="set_aside", corpus_health_checks=GUARD_CHECKS)
     if audited:
-        notes.append("Audited: corpus_audit reweight, the prior counts each corpus the audit finds suspect at its "
-                     "effective (clean) size (docs/corpus_audit.md); otherwise the cell without it.")
-        fields.update(corpus_audit="reweight")
+        what = ("the prior counts each corpus the audit finds suspect at its effective (clean) size"
+                if audited == "reweight" else "the pairs failing the flagged signals of each corpus the audit finds "
+                "suspect are dropped before training")
+        notes.append(f"Audited: corpus_audit {audited}, {what} (docs/corpus_audit.md); otherwise the cell without it.")
+        fields.update(corpus_audit=audited)
     if strategy == "temperature":
         notes.append("temperature: τ = 5, the strategy's default (the paper's).")
     if strategy.startswith(("multiuat", "multidds")):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import MULTIDOMAIN
 from uat_hf.data.audit import audit_corpora
@@ -166,3 +168,68 @@ def test_a_streamed_corpus_is_audited_on_its_first_pairs(tmp_path):
     assert 450 < bible.sampled <= 500  # its first 500 pairs, after the cleaning
     assert bible.pairs == len(load_corpus_split(specs[0], "train"))  # its size: the line count of its file
     assert "(streamed: its first pairs)" in report.table()
+
+
+def test_the_failing_pairs_of_a_suspect_corpus_are_marked_for_dropping(bundled):
+    """corpus_audit: drop trains without the pairs that fail a flagged signal: most misaligned pairs, few sound ones;
+    a sound corpus is never marked."""
+    train, dev = bundled
+    sources, targets = train["bible"]
+    rng = np.random.default_rng(0)
+    broken = rng.choice(len(targets), size=len(targets) // 2, replace=False)
+    moved = list(targets)
+    for k, i in enumerate(broken):
+        moved[i] = targets[broken[(k + 1) % len(broken)]]
+    report = audit_corpora({**train, "bible": (sources, moved)}, dev, {name: LANGS for name in train}, sample=1200,
+                           seed=1, failing=True)
+    failing = report.corpora["bible"].failing
+    assert len(failing) == len(sources) and report.corpora["dictionary"].failing is None  # a sound corpus: none
+    is_broken = np.zeros(len(sources), dtype=bool)
+    is_broken[broken] = True
+    assert failing[is_broken].mean() > 0.6  # most broken pairs go ...
+    assert failing[~is_broken].mean() < 0.15  # ... few sound ones
+    assert report.corpora["bible"].to_dict()["failing_pairs"] == int(failing.sum())
+    copies = audit_corpora({**train, "descriptions": (train["descriptions"][0], list(train["descriptions"][0]))}, dev,
+                           {name: LANGS for name in train}, sample=1200, seed=1, failing=True)
+    assert copies.corpora["descriptions"].failing.mean() > 0.95
+
+
+def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys):
+    """corpus_audit: drop end to end: dictionary with half its targets replaced by their sources trains on the
+    others only; the report counts them; a corpus left with no pair is refused before training."""
+    import gzip
+    import shutil
+
+    from test_cli import TINY
+
+    from uat_hf.cli import train as cli
+
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
+    for name in ("bible", "dictionary"):
+        for split in ("train", "dev", "test"):
+            shutil.copy(MULTIDOMAIN / f"{name}.{split}.jsonl.gz", corpora / f"{name}.{split}.jsonl.gz")
+    rows = [json.loads(line) for line in gzip.open(MULTIDOMAIN / "dictionary.train.jsonl.gz", "rt")]
+    with gzip.open(corpora / "dictionary.train.jsonl.gz", "wt") as out:
+        for i, row in enumerate(rows[:400]):
+            pair = row["translation"]
+            out.write(json.dumps({"translation": {"en": pair["en"], "de": pair["en"] if i % 2 else pair["de"]}})
+                      + "\n")
+    recipe = {**TINY, "strategy": "proportional", "corpus_dir": str(corpora), "eval_corpus_specs": None,
+              "corpus_audit": "drop", "max_train_examples": 400, "max_steps": 2, "output_dir": str(tmp_path / "out")}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    assert cli.main(["--config", str(tmp_path / "recipe.yaml")]) == 0
+    printed = capsys.readouterr().err
+    report = json.loads((tmp_path / "out" / "eval_results.json").read_text())["corpus_audit"]["corpora"]
+    dropped = report["dictionary"]["failing_pairs"]
+    assert 150 <= dropped <= 260 and "failing_pairs" not in report["bible"], report["dictionary"]
+    assert f"corpus 'dictionary': dropped {dropped} of {report['dictionary']['pairs']} training pairs" in printed
+    kept = re.search(r"dictionary (\d+) train", printed)
+    assert kept and int(kept.group(1)) == report["dictionary"]["pairs"] - dropped
+
+    with gzip.open(corpora / "dictionary.train.jsonl.gz", "wt") as out:  # every target a copy: nothing would remain
+        for row in rows[:400]:
+            out.write(json.dumps({"translation": {"en": row["translation"]["en"], "de": row["translation"]["en"]}})
+                      + "\n")
+    assert cli.main(["--config", str(tmp_path / "recipe.yaml"), "--output_dir", str(tmp_path / "none")]) == 2
+    assert "corpus_audit: drop would leave corpus 'dictionary' no training pair" in capsys.readouterr().err

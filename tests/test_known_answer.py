@@ -125,12 +125,12 @@ def test_known_answer_recipes_differ_from_regime_a_only_where_the_cell_needs_it(
         twin = plain if plain in recipes.study_strategies() else "proportional"
         base = yaml.safe_load(texts[f"multidomain-A-{twin}.yaml"])
         differing = {key for key in fields.keys() | base.keys() if fields.get(key) != base.get(key)}
-        audited = strategy.endswith(recipes.AUDIT_SUFFIX)
-        guarded = strategy.removesuffix(recipes.AUDIT_SUFFIX) != plain
+        audited = recipes.audit_action(strategy)
+        guarded = strategy.removesuffix(f"-{audited}" if audited else "") != plain
         extra = (guard.keys() if guarded else set()) | ({"corpus_audit"} if audited else set())
         assert differing <= allowed | extra, (setup, regime, strategy, differing)
         assert {key: fields.get(key) for key in guard} == (guard if guarded else {key: None for key in guard})
-        assert fields.get("corpus_audit") == ("reweight" if audited else None), strategy
+        assert fields.get("corpus_audit") == audited, strategy
         assert fields["corpus_dir"] == f"runs/known-answer/{setup}"
         assert fields.get("dedupe", True) is (setup != "duplicated")
         assert fields.get("eval_split", "test") == ("dev" if regime == recipes.SWEEP_REGIME else "test")

@@ -39,7 +39,7 @@ DEFAULT_TOKENIZER_TRAIN_EXAMPLES = 200_000
 
 
 #: What ``corpus_audit`` does with a suspect corpus.
-AUDIT_ACTIONS = ("off", "warn", "reweight")
+AUDIT_ACTIONS = ("off", "warn", "reweight", "drop")
 
 
 @dataclass
@@ -140,7 +140,7 @@ class DataArguments:
     dedupe: bool = field(default=True, metadata={"help": "Drop repeated (source, target) training pairs."})
     corpus_audit: str = field(
         default="warn",
-        metadata={"help": "Corpus audit: warn, reweight or off."},  # docs/corpus_audit.md
+        metadata={"help": "Corpus audit: warn, reweight, drop or off."},  # docs/corpus_audit.md
     )
     streaming: bool = field(
         default=False,
@@ -245,6 +245,10 @@ class DataArguments:
                     "not both: the fraction keeps the corpora's size ratios, the cap of N pairs per corpus changes "
                     "them."
                 )
+        if self.corpus_audit == "drop" and (self.streaming or self.train_fraction is not None):
+            raise ValueError("corpus_audit: drop removes the failing pairs of a whole, map-style corpus, in its "
+                             f"order: not with {'streaming: true' if self.streaming else 'train_fraction'}; use "
+                             "reweight.")
         if self.streaming and self.train_fraction is not None:
             raise ValueError(f"train_fraction ({self.train_fraction}) draws a random subset of each whole corpus, "
                              "which streaming: true never holds; cap the streams with max_train_examples instead.")
@@ -326,9 +330,8 @@ class ModelArguments:
     generation_overrides: dict | str | None = field(
         default=None,
         metadata={
-            "help": "GenerationConfig fields for evaluation and the saved model, e.g. {no_repeat_ngram_size: 3, "
-            "repetition_penalty: 1.2, length_penalty: 1.0}; a JSON string on the command line. Beams and "
-            "maximum length come from generation_num_beams / generation_max_length."
+            "help": "GenerationConfig fields for evaluation and the saved model, e.g. {no_repeat_ngram_size: 3}; "
+            "JSON on the command line. Beams and length: generation_num_beams / generation_max_length."
         },
     )
 

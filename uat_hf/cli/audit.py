@@ -38,13 +38,17 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
     preprocessing = PreprocessingConfig(max_length_ratio=data_args.max_length_ratio,
                                         max_source_words=data_args.max_source_words,
                                         max_target_words=data_args.max_target_words, dedupe=data_args.dedupe)
-    report = audit_specs(specs, preprocessing, seed=seed, cache_dir=data_args.dataset_cache_dir, streamed=streamed)
+    report = audit_specs(specs, preprocessing, seed=seed, cache_dir=data_args.dataset_cache_dir, streamed=streamed,
+                         failing=data_args.corpus_audit == "drop")
     seconds = time.monotonic() - start
     logger.info(f"corpus audit ({seconds:.0f}s; corpus_audit={data_args.corpus_audit}):\n{report.table()}")
     for name in report.suspects:
         audit = report.corpora[name]
-        action = ("its prior counts its effective size" if data_args.corpus_audit == "reweight" else
-                  "set corpus_audit: reweight to start its prior from its effective size")
+        dropped = 0 if audit.failing is None else int(audit.failing.sum())
+        action = {"reweight": "its prior counts its effective size",
+                  "drop": f"its {dropped} failing pairs are dropped"}.get(
+            data_args.corpus_audit, "set corpus_audit: reweight to start its prior from its effective size, or drop "
+                                    "to train without its failing pairs")
         logger.warning(f"corpus {name!r} is suspect ({', '.join(audit.flagged)}): about {audit.clean_share:.0%} of "
                        f"its {audit.pairs} training pairs look sound ({audit.effective_size:.0f} effective); "
                        f"{action}.")
@@ -93,3 +97,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def without_failing_pairs(audit, train: dict) -> dict:
+    """With ``corpus_audit: drop``, the training corpora without the pairs the audit found failing in each suspect
+    corpus (:attr:`~uat_hf.data.audit.corpus_audit.CorpusAudit.failing`, marked on the pairs the run's cleaning kept,
+    in their order, which tokenizing keeps)."""
+    kept = dict(train)
+    for name in audit.suspects if audit is not None else ():
+        failing = audit.corpora[name].failing
+        if failing is None:
+            continue
+        if len(failing) != len(train[name]):
+            raise ValueError(f"corpus_audit: drop marked {len(failing)} pairs of corpus {name!r}, but the run reads "
+                             f"{len(train[name])}: the audit and the data preparation disagree; use reweight.")
+        if failing.all():
+            raise ValueError(f"corpus_audit: drop would leave corpus {name!r} no training pair (every one fails "
+                             f"{', '.join(audit.corpora[name].flagged)}): remove the corpus, or use reweight.")
+        import numpy as np
+
+        kept[name] = train[name].select(np.flatnonzero(~failing))
+        logger.info(f"corpus {name!r}: dropped {int(failing.sum())} of {len(failing)} training pairs failing "
+                    f"{', '.join(audit.corpora[name].flagged)} (corpus_audit: drop)")
+    return kept

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,10 +38,12 @@ __all__ = [
     "argument_classes",
     "command_line_level",
     "exit_on_help",
+    "merged_settings",
     "make_help_parser",
     "make_parser",
     "portable_paths",
     "recipe_to_dataclasses",
+    "strategy_flags",
     "to_plain",
 ]
 
@@ -116,6 +119,7 @@ class UATParser(HfArgumentParser):
         refuses raises ``ValueError`` / ``OSError`` for the caller.
         """
         argv = list(sys.argv[1:] if argv is None else argv)
+        argv, dotted = strategy_flags(argv) if self._has("strategy_settings") else (argv, {})
         config = self._config(argv)
         mapping: dict[str, Any] = {}
         if config:
@@ -133,13 +137,21 @@ class UATParser(HfArgumentParser):
                 raise ValueError(f"{self.positional_field} given twice: {positional!r} first and "
                                  f"--{self.positional_field} {given!r}; give one.")
             values[self.positional_field] = positional
+        if dotted:
+            values["strategy_settings"] = merged_settings(values.get("strategy_settings"), dotted,
+                                                          str(values.get("strategy")))
         outputs = []
         for dtype in self.dataclass_types:
             names = {f.name for f in fields(dtype) if f.init}
             outputs.append(dtype(**{key: value for key, value in values.items() if key in names}))
+            if "strategy_settings" in names:  # as the strategy typed them, for the saved recipe
+                values["strategy_settings"] = outputs[-1].strategy_settings
         effective = {key: to_plain(value) for key, value in values.items()
                      if key in mapping or not _same(value, self.field_defaults.get(key))}
         return tuple(outputs), effective
+
+    def _has(self, dest: str) -> bool:
+        return any(action.dest == dest for action in self._actions)
 
     def _config(self, argv: Sequence[str]) -> str | None:
         if not any(action.dest == "config" for action in self._actions):
@@ -147,6 +159,38 @@ class UATParser(HfArgumentParser):
         pre = argparse.ArgumentParser(prog=self.prog, usage=self.usage, add_help=False, allow_abbrev=False)
         pre.add_argument(CONFIG_FLAG, default=None)
         return pre.parse_known_args(list(argv))[0].config
+
+
+def strategy_flags(argv: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """``argv`` without its ``--<strategy>.<setting> VALUE`` (or ``=VALUE``) flags, and those: setting → (the
+    strategy they name, the value as text). A strategy's own settings are not fields of any argument class."""
+    rest, settings, i = [], {}, 0
+    while i < len(argv):
+        token = argv[i]
+        name, has_value, value = token[2:].partition("=")
+        if token.startswith("--") and "." in name and not name.startswith("."):
+            owner, _, setting = name.rpartition(".")
+            if not has_value:
+                if i + 1 >= len(argv):
+                    raise ValueError(f"{token} needs a value.")
+                value, i = argv[i + 1], i + 1
+            settings[setting] = (owner, value)
+        else:
+            rest.append(token)
+        i += 1
+    return rest, settings
+
+
+def merged_settings(given: Any, flags: Mapping[str, tuple[str, str]], strategy: str) -> dict[str, Any]:
+    """``strategy_settings`` as the recipe (or ``--strategy_settings``) gives them, then the ``--<strategy>.<setting>``
+    flags, which win; a flag naming another strategy than the run's is refused."""
+    settings = dict(json.loads(given) if isinstance(given, str) else given or {})
+    for setting, (owner, value) in flags.items():
+        if owner not in ("strategy", strategy, strategy.split("-")[0]):
+            raise ValueError(f"--{owner}.{setting} sets a setting of strategy {owner!r}, but strategy is "
+                             f"{strategy!r}: write --{strategy}.{setting} (or --strategy.{setting}).")
+        settings[setting] = value
+    return settings
 
 
 def argument_classes() -> tuple[type, ...]:

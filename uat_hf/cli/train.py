@@ -52,7 +52,7 @@ from ..utils.checkpoints import (
 )
 from ..utils.logging import set_verbosity
 from .arguments import DataArguments, ModelArguments
-from .audit import audited_sizes, run_audit
+from .audit import audited_sizes, run_audit, without_failing_pairs
 from .parsing import command_line_level, exit_on_help, make_help_parser, make_parser, portable_paths
 from .preparation import prepare_data
 from .recipe import Recipe
@@ -161,6 +161,8 @@ def prepare(
     audit = run_audit(data_args, specs, seed=training_args.seed)  # before any tokenizing: seconds, not minutes
     tokenizer, train, dev, eval_corpora, ood = prepare_data(training_args, data_args, model_args, specs, eval_specs,
                                                             tags, tag_of, eval_tag_of, prompt, resume_from=resume)
+    if data_args.corpus_audit == "drop":
+        train = without_failing_pairs(audit, train)
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)
     if training_args.should_save and not resume:  # a resumed run keeps its own
         tokenizer.save_pretrained(output_dir)

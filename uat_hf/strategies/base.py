@@ -23,6 +23,7 @@ by name in a registry, :mod:`uat_hf.strategies.registry`):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -57,6 +58,10 @@ class BalancingStrategy:
     step_setting: ClassVar[str | None] = None
     #: The name the class was registered under (set by ``register_strategy``), for its messages.
     registered_name: ClassVar[str] = ""
+    #: The strategy's own settings, a dataclass (as peft's method configs): a run gives them as
+    #: ``strategy_settings`` (a recipe's mapping, ``UATConfig(strategy_settings=...)``) or ``--<strategy>.<field>``
+    #: on uat-train's command line; they reach the constructor as keywords (:meth:`knobs`). ``None``: none.
+    settings_class: ClassVar[type | None] = None
     #: A ``UATConfig`` field that the spelling ``<name>-<value>`` sets (MultiUAT: ``measure``); ``None``: no variants.
     variant_field: ClassVar[str | None] = None
 
@@ -68,8 +73,27 @@ class BalancingStrategy:
     # ------------------------------------------------------------------ configuration
     @classmethod
     def knobs(cls, config: Any) -> dict[str, Any]:
-        """The constructor's keyword arguments from a ``UATConfig`` (none by default)."""
-        return {}
+        """The constructor's keyword arguments from a ``UATConfig``: the fields of its :attr:`settings_class`."""
+        settings = cls.strategy_settings(config)
+        return {} if settings is None else {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+
+    @classmethod
+    def strategy_settings(cls, config: Any) -> Any:
+        """The :attr:`settings_class` instance ``config.strategy_settings`` gives (defaults for what it leaves out;
+        command-line strings converted to the fields' types); an unknown setting is refused, naming the known."""
+        given = dict(getattr(config, "strategy_settings", None) or {})
+        owner = cls.registered_name or getattr(config, "strategy", None) or cls.__name__
+        if cls.settings_class is None:
+            if given:
+                raise ValueError(f"strategy_settings {sorted(given)} given, but strategy {owner!r} has no settings of "
+                                 "its own (no settings_class): remove them.")
+            return None
+        known = {f.name: f for f in dataclasses.fields(cls.settings_class) if f.init}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise ValueError(f"strategy {owner!r} has no setting {unknown[0]!r}; its settings are "
+                             f"{', '.join(known) or 'none'}.")
+        return cls.settings_class(**{name: _typed_setting(owner, known[name], value) for name, value in given.items()})
 
     @classmethod
     def check_config(cls, config: Any) -> None:
@@ -137,3 +161,17 @@ class BalancingStrategy:
 
     def load_state_dict(self, state: Mapping[str, Any] | None, p: np.ndarray, updated: bool) -> None:
         """Restore :meth:`state_dict`; ``p`` is the checkpoint's (``updated``: whether an update moved it)."""
+
+
+def _typed_setting(owner: str, field: dataclasses.Field, value: Any) -> Any:
+    """A setting given as text (the command line) in its field's type: bool, int, float; other values as given."""
+    kind = field.type if isinstance(field.type, type) else {"bool": bool, "int": int, "float": float}.get(
+        str(field.type))
+    if not isinstance(value, str) or kind not in (bool, int, float):
+        return value
+    try:
+        if kind is bool:
+            return {"true": True, "false": False, "1": True, "0": False}[value.lower()]
+        return kind(value)
+    except (KeyError, ValueError):
+        raise ValueError(f"strategy {owner!r}: setting {field.name} takes a {kind.__name__}, got {value!r}.") from None

@@ -62,6 +62,12 @@ class BalancingArguments:
             "throughout; multiuat / multidds-s start their scorer from them (every value must then be > 0)."
         },
     )
+    strategy_settings: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "The strategy's own settings (a mapping or JSON); also --<strategy>.<setting> VALUE."
+        },
+    )
     max_tokens: int | None = field(
         default=None,
         metadata={

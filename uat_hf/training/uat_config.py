@@ -105,7 +105,7 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
     _argument_group_name = "training and balancing (uat_hf.UATConfig)"
 
     # Dict fields that also accept a JSON object string from the command line, as TrainingArguments' own.
-    _VALID_DICT_FIELDS = Seq2SeqTrainingArguments._VALID_DICT_FIELDS + ["corpus_probabilities"]
+    _VALID_DICT_FIELDS = Seq2SeqTrainingArguments._VALID_DICT_FIELDS + ["corpus_probabilities", "strategy_settings"]
 
     def __post_init__(self):
         self._parse_corpus_probabilities()  # before TrainingArguments would parse it, so that an error names it
@@ -116,17 +116,17 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         self.check_balancing_fields()
 
     def _parse_corpus_probabilities(self) -> None:
-        """A JSON object string given for ``corpus_probabilities`` (the command line) becomes its dict here rather
-        than in TrainingArguments, so that malformed JSON names the field."""
-        if isinstance(self.corpus_probabilities, str):
-            text = self.corpus_probabilities
+        """A JSON object string given for ``corpus_probabilities`` or ``strategy_settings`` (the command line) becomes
+        its dict here rather than in TrainingArguments, so that malformed JSON names the field."""
+        for name, example in (("corpus_probabilities", '{"a": 0.5, "b": 0.5}'), ("strategy_settings", '{"ema": 0.3}')):
+            text = getattr(self, name)
+            if not isinstance(text, str):
+                continue
             try:
-                self.corpus_probabilities = json.loads(text)
+                setattr(self, name, json.loads(text))
             except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"corpus_probabilities must be a JSON object such as '{{\"a\": 0.5, \"b\": 0.5}}', got {text!r} "
-                    f"({error})."
-                ) from None
+                raise ValueError(f"{name} must be a JSON object such as '{example}', got {text!r} "
+                                 f"({error}).") from None
 
     def check_balancing_fields(self) -> None:
         """The checks of the balancing fields (against the Trainer's, which must be set): ``__post_init__`` runs
@@ -142,6 +142,9 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
         if self.scorer_prior_fit not in PRIOR_FITS:
             raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
                              f"{self.scorer_prior_fit!r}.")
+        settings = strategy.strategy_settings(self)  # known to the strategy, of the right types
+        if settings is not None and self.strategy_settings:  # the given ones, typed (command-line text converted)
+            self.strategy_settings = {name: getattr(settings, name) for name in self.strategy_settings}
         strategy.check_config(self)  # the strategy's own knobs (a static prior's: hand-given probabilities or none)
         from ..evaluation.metrics import check_corpus_metrics  # sacreBLEU: not imported for --help
 

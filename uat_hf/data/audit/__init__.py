@@ -10,12 +10,13 @@ __all__ = ["SIGNALS", "AuditReport", "CorpusAudit", "SignalRate", "audit_corpora
 
 
 def audit_specs(specs: Sequence, preprocessing, *, sample: int = 4000, seed: int = 0, cache_dir: str | None = None,
-                streamed: Collection[str] = ()) -> AuditReport:
+                streamed: Collection[str] = (), failing: bool = False) -> AuditReport:
     """Audit the corpora of ``specs`` (:class:`~uat_hf.data.corpus_specs.CorpusSpec`) as a run reads them: the
     training pairs after ``preprocessing`` (the run's cleaning, a :class:`~uat_hf.data.preprocessing.
     PreprocessingConfig`), against each corpus's dev pairs. A corpus without a dev split is reported, not judged.
     A corpus named in ``streamed`` is read as the run streams it, and audited on its first ``sample`` pairs (a stream
-    has no random access); its size is the one its metadata gives, when it gives one."""
+    has no random access); its size is the one its metadata gives, when it gives one. ``failing``: mark the failing
+    pairs of each suspect corpus (:attr:`~uat_hf.data.audit.corpus_audit.CorpusAudit.failing`; not of a stream)."""
     from ..corpora import load_corpus_split
     from ..preprocessing import preprocess
 
@@ -31,10 +32,10 @@ def audit_specs(specs: Sequence, preprocessing, *, sample: int = 4000, seed: int
                                split="dev")
             dev[spec.name] = _columns(pairs)
     languages = {spec.name: (spec.source_lang, spec.target_lang) for spec in specs}
-    report = audit_corpora(train, dev, languages, sample=sample, seed=seed)
+    report = audit_corpora(train, dev, languages, sample=sample, seed=seed, failing=failing)
     for name, size in sizes.items():
         audit = report.corpora[name]
-        audit.streamed = True
+        audit.streamed, audit.failing = True, None  # a stream's first pairs only: nothing to drop by index
         audit.pairs = size if size is not None else audit.pairs
     return report
 

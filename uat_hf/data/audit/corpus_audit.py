@@ -65,6 +65,9 @@ class CorpusAudit:
     clean_share: float = 1.0
     not_measurable: str | None = None  # why the rates cannot be judged (no or too small a dev set)
     streamed: bool = False  # audited on the first pairs of a stream (``pairs``: its size from metadata, if known)
+    #: Of a suspect corpus, when asked for (``corpus_audit: drop``): each training pair (in the corpus's order)
+    #: failing a flagged signal, a repeat being every occurrence after the first.
+    failing: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def flagged(self) -> list[str]:
@@ -81,7 +84,9 @@ class CorpusAudit:
         return f"suspect: {', '.join(self.flagged)}" if self.flagged else "ok"
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "effective_size": round(self.effective_size, 1), "verdict": self.verdict}
+        fields = {key: value for key, value in asdict(self).items() if key != "failing"}
+        failing = {} if self.failing is None else {"failing_pairs": int(self.failing.sum())}
+        return {**fields, **failing, "effective_size": round(self.effective_size, 1), "verdict": self.verdict}
 
 
 @dataclass
@@ -125,9 +130,11 @@ class AuditReport:
 
 
 def audit_corpora(train: Mapping[str, Pairs], dev: Mapping[str, Pairs], languages: Mapping[str, tuple[str, str]],
-                  *, sample: int = 4000, seed: int = 0) -> AuditReport:
+                  *, sample: int = 4000, seed: int = 0, failing: bool = False) -> AuditReport:
     """Audit every corpus of ``train`` (name → (sources, targets), after the run's cleaning) against its dev pairs
-    in ``dev``; ``languages``: name → (source language, target language), as the corpus specs declare them."""
+    in ``dev``; ``languages``: name → (source language, target language), as the corpus specs declare them.
+    ``failing``: also mark, in every pair of each suspect corpus, those failing its flagged signals
+    (:attr:`CorpusAudit.failing`; the thresholds are the sample's)."""
     rng = np.random.default_rng(seed)
     picked = {name: rng.permutation(len(pairs[0]))[:sample] for name, pairs in train.items()}
     halves = {name: (idx[0::2], idx[1::2]) for name, idx in picked.items()}
@@ -145,17 +152,27 @@ def audit_corpora(train: Mapping[str, Pairs], dev: Mapping[str, Pairs], language
         idx, held_out = picked[name], halves[name][1]
         s, t = [sources[i] for i in idx], [targets[i] for i in idx]
         fails = _rule_fails(s, t, dev_sources, dev_targets, languages[name])
-        fails["repeat"] = (signals.repeated(sources, targets)[idx], signals.repeated(dev_sources, dev_targets))
+        repeats = signals.repeated(sources, targets)
+        fails["repeat"] = (repeats[idx], signals.repeated(dev_sources, dev_targets))
         hs, ht = [sources[i] for i in held_out], [targets[i] for i in held_out]
         dev_scores = lexical.scores(dev_sources, dev_targets)  # NaN (nothing the model knows) never fails
-        floor = max(LEXICAL_COVERAGE, float(np.nanquantile(dev_scores, DEV_QUANTILE)))
-        fails["lexical"] = (lexical.scores(hs, ht) < floor, dev_scores < floor)
+        lexical_floor = max(LEXICAL_COVERAGE, float(np.nanquantile(dev_scores, DEV_QUANTILE)))
+        fails["lexical"] = (lexical.scores(hs, ht) < lexical_floor, dev_scores < lexical_floor)
         dev_scores = fluency.scores(dev_targets)
-        floor = np.quantile(dev_scores, DEV_QUANTILE)
-        fails["fluency"] = (fluency.scores(ht) < floor, dev_scores < floor)
+        fluency_floor = np.quantile(dev_scores, DEV_QUANTILE)
+        fails["fluency"] = (fluency.scores(ht) < fluency_floor, dev_scores < fluency_floor)
         for signal in SIGNALS:
             audit.signals[signal] = _compare(*fails[signal])
         audit.clean_share = _clean_share(audit, fails, picked[name], halves[name][1])
+        if failing and audit.flagged:
+            every = _rule_fails(sources, targets, dev_sources, dev_targets, languages[name])
+            every = {signal: fail for signal, (fail, _) in every.items()}
+            every["repeat"] = repeats
+            if "lexical" in audit.flagged:
+                every["lexical"] = lexical.scores(sources, targets) < lexical_floor
+            if "fluency" in audit.flagged:
+                every["fluency"] = fluency.scores(targets) < fluency_floor
+            audit.failing = np.logical_or.reduce([every[signal] for signal in audit.flagged])
     return report
 
 
