@@ -17,6 +17,7 @@ import yaml
 from conftest import save_marian_tokenizer
 from uat_hf.cli import train as cli
 from uat_hf.cli.run_tokenizer import build_tokenizer
+from uat_hf.cli.train_data import build_specs, tags_for
 from uat_hf.data.corpora import BUNDLED_DIR
 from uat_hf.data.tokenization import check_tags_in_vocab, load_tokenizer
 
@@ -107,8 +108,8 @@ def test_a_pretrained_tokenizer_without_the_tags_gets_them_as_single_tokens(mari
         ["--config", str(write_recipe(tmp_path, RUN)), "--tokenizer_name_or_path", str(marian_dir),
          "--output_dir", str(tmp_path / "out")]
     )
-    specs, eval_specs = cli.build_specs(data)
-    tag_of, eval_tag_of = cli.tags_for(specs, eval_specs, data.language_tags)
+    specs, eval_specs = build_specs(data)
+    tag_of, eval_tag_of = tags_for(specs, eval_specs, data.language_tags)
     tags = sorted({t for t in tag_of.values() if t})
     assert tags == TAGS
     tokenizer = build_tokenizer(model, specs, tags, data)

@@ -32,8 +32,11 @@ def run_python(code: str) -> subprocess.CompletedProcess:
                                              ("plot", ["--help"], "--plot_dir"),
                                              ("evaluate", ["--help"], "--torch_num_threads")])
 def test_help_imports_neither_torch_nor_the_models(tool, argv, flag):
+    """--help answers from the argument classes alone: torch, the models and datasets (about a second of a 2 s help
+    on its own; docs/benchmarks.md) are not imported."""
     code = (f"import sys\nfrom uat_hf.cli.{tool} import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
-            "print('HEAVY', sorted(m for m in sys.modules if m == 'torch' or m.startswith('transformers.models')))")
+            "print('HEAVY', sorted(m for m in sys.modules if m in ('torch', 'datasets') "
+            "or m.startswith('transformers.models')))")
     done = run_python(code)
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout, done.stdout[-300:]

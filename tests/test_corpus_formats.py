@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from uat_hf.cli import train as cli
+from uat_hf.cli.train_data import build_specs
 from uat_hf.data.corpora import CorpusSpec, load_corpus_split
 from uat_hf.utils.hub_errors import HubUnavailableError
 
@@ -316,7 +317,7 @@ def test_uat_train_loads_a_moses_and_a_ted_talks_corpus_through_its_own_path(tmp
     config.write_text(yaml.safe_dump(fields, sort_keys=False), encoding="utf-8")
 
     training, data, model, run_args, _ = cli.parse_arguments(["--config", str(config)])
-    specs, eval_specs = cli.build_specs(data)
+    specs, eval_specs = build_specs(data)
     assert [(s.name, s.format, s.carve_dev) for s in specs] == [("emea", "moses", 6), ("ted", "ted_talks", None)]
     trainer, eval_corpora, ood = cli.prepare(training, data, model, run_args)
     assert {name: len(ds) for name, ds in trainer.train_corpora.items()} == {"emea": 48, "ted": 40}

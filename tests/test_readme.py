@@ -94,7 +94,7 @@ def test_readme_corpus_examples_read_the_formats_they_name(tmp_path, monkeypatch
     from datasets import Dataset
 
     from uat_hf.cli.arguments import DataArguments
-    from uat_hf.cli.train import build_specs
+    from uat_hf.cli.train_data import build_specs
     from uat_hf.data.corpora import CorpusSpec, load_corpus_split
 
     namespace: dict = {}

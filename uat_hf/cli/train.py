@@ -38,8 +38,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..evaluation.copy_baseline import COPY_KEYS, copy_baseline_metrics
-from ..sampling.priors import corpus_probabilities_for
 from ..utils.checkpoints import (
     BALANCING_STATE_FILE,
     checkpoint_bytes,
@@ -52,30 +50,14 @@ from ..utils.checkpoints import (
 )
 from ..utils.logging import set_verbosity
 from .arguments import DataArguments, ModelArguments
-from .audit import audited_sizes, run_audit, without_failing_pairs
 from .parsing import command_line_level, exit_on_help, make_help_parser, make_parser, portable_paths
-from .preparation import prepare_data
 from .recipe import Recipe
 from .run_arguments import RunArguments
-from .train_data import (
-    InputError,
-    build_specs,
-    causal_prompt,
-    check_before_training,
-    check_lengths,
-    check_model_lengths,
-    check_tokenizer_codes,
-    evaluation_sources,
-    language_codes_for,
-    position_limit,
-    size_text,
-    tags_for,
-)
 
 if TYPE_CHECKING:
     pass
 
-# torch and transformers' Trainer are imported by the functions that use them, so that ``uat-train --help``
+# torch, datasets and transformers' Trainer are imported by the functions that use them, so that ``uat-train --help``
 # (and a bad recipe) answers without loading them.
 
 logger = logging.getLogger(__name__)
@@ -113,10 +95,26 @@ def prepare(
     from transformers import set_seed
 
     from ..models.presets import build_model
+    from ..sampling.priors import corpus_probabilities_for
     from ..training.resume_check import check_resume, check_trainer_resume, resume_settings
     from ..training.uat_trainer import UATTrainer
+    from .audit import audited_sizes, run_audit, without_failing_pairs
     from .checkpoint_prompt import PromptInCheckpoints
+    from .preparation import prepare_data
     from .time_budget import TimeBudgetCallback
+    from .train_data import (
+        InputError,
+        build_specs,
+        causal_prompt,
+        check_before_training,
+        check_lengths,
+        check_model_lengths,
+        check_tokenizer_codes,
+        language_codes_for,
+        position_limit,
+        size_text,
+        tags_for,
+    )
 
     start = time.monotonic() if start is None else start
     output_dir = Path(training_args.output_dir)
@@ -222,6 +220,8 @@ def check_disk_space(training_args, model) -> None:
     checkpoint = checkpoint_bytes(model) if training_args.save_strategy != "no" else 0
     free = free_bytes(training_args.output_dir)
     if free < checkpoint + weights:
+        from .train_data import InputError
+
         raise InputError(
             f"output_dir {training_args.output_dir!r} has {megabytes(free)} free, but "
             + (f"the first checkpoint (about {megabytes(checkpoint)}: weights and optimizer state) and " if checkpoint
@@ -255,12 +255,14 @@ def _disk_full(trainer, error: BaseException) -> DiskFullError | None:
 def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_corpora, ood, *,
                        start: float | None = None):
     """Train, evaluate per corpus, print the table, save everything; returns the evaluation metrics."""
+    from ..evaluation.copy_baseline import copy_baseline_metrics
     from ..evaluation.metrics import format_table, macro_means
     from ..evaluation.saved_runs import write_hypotheses
     from ..training.health_callback import CorpusHealthCallback
     from ..training.nonfinite import NonFiniteLossError
     from .model_card import stopped_early_note
     from .time_budget import budget_report
+    from .train_data import build_specs, evaluation_sources
 
     start = time.monotonic() if start is None else start
     training_args = trainer.args
@@ -351,6 +353,8 @@ def finished_checkpoint(training_args) -> str | None:
 
 
 def _scores(metrics: dict[str, float], name: str) -> dict[str, float]:
+    from ..evaluation.copy_baseline import COPY_KEYS
+
     keys = ("bleu", "chrf", *COPY_KEYS)
     return {key: metrics[f"eval_{name}_{key}"] for key in keys if f"eval_{name}_{key}" in metrics}
 
