@@ -18,8 +18,10 @@ import pytest
 from test_cli_inputs import RUN, error_of, write_recipe
 
 from uat_hf.cli import train as cli
+from uat_hf.data.corpora import BUNDLED_DIR
 from uat_hf.utils.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, checkpoint_bytes
 
+BUNDLED_DDTP = BUNDLED_DIR / "multilingual-ddtp"
 # Two steps of multiuat (an update after each), a checkpoint after each step.
 SAVED = {**RUN, "strategy": "multiuat", "measure": "exptp", "update_every": 1, "mc_samples": 2,
          "save_strategy": "steps", "save_steps": 1}
@@ -245,3 +247,41 @@ def test_a_refusal_leaves_an_output_dir_that_existed_as_it_was(tmp_path, capsys)
     code, _, err = run_cli(tmp_path, capsys, tmp_path / "out", strategy="json:dumps")
     error_of(code, err)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["notes.txt"]
+
+
+def test_truncated_checkpoint_weights_are_skipped_by_latest_and_refused_by_name(trained, tmp_path, capsys, caplog):
+    """A kill or a full disk while the weights were written leaves a short model.safetensors: "latest" skips that
+    checkpoint with a warning, as it skips a torn state, and naming it is one error line (it was a traceback)."""
+    out = copy_of(trained, tmp_path)
+    weights = out / "checkpoint-2" / "model.safetensors"
+    with open(weights, "r+b") as f:
+        f.truncate(weights.stat().st_size // 2)
+    code, _, err = run_cli(tmp_path, capsys, out, ["--resume_from_checkpoint", str(out / "checkpoint-2")],
+                           max_steps=3)
+    message = error_of(code, err)
+    assert f"'{weights}' is truncated" in message and "\n" not in message and "Traceback" not in err
+    with caplog.at_level(logging.WARNING, logger="uat_hf"):
+        code, _, err = run_cli(tmp_path, capsys, out, ["--resume_from_checkpoint", "latest"], max_steps=3)
+    assert code == 0, err
+    assert any(f"Skipping checkpoint {out / 'checkpoint-2'}: '{weights}' is truncated" in r.getMessage()
+               for r in caplog.records)
+    assert [json.loads(line)["step"] for line in (out / HISTORY_FILE).read_text().splitlines()] == [1, 2, 3]
+
+
+def test_an_empty_streamed_training_file_is_one_line_naming_it(tmp_path, capsys):
+    import gzip
+
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
+    for name in ("de", "fr"):
+        for split in ("train", "dev", "test"):
+            source = BUNDLED_DDTP / f"{name}.{split}.jsonl.gz"
+            if source.exists():
+                shutil.copy(source, corpora / source.name)
+    with gzip.open(corpora / "fr.train.jsonl.gz", "wt"):
+        pass  # a compressed file of no rows
+    code, _, err = run_cli(tmp_path, capsys, tmp_path / "out", corpus_dir=str(corpora), streaming=True,
+                           dedupe=False)
+    assert error_of(code, err) == (f"Corpus 'fr' split 'train': file '{corpora / 'fr.train.jsonl.gz'}' holds no "
+                                   "pairs; give it its training pairs, or leave the corpus out.")
+    assert not (tmp_path / "out").exists()

@@ -126,7 +126,14 @@ def _load_raw_stream(spec: CorpusSpec, location: str, cache_dir: str | None) -> 
     if not file.is_file():
         raise FileNotFoundError(f"Corpus {spec.name!r} split 'train': file {location!r} does not exist.")
     kwargs = csv_kwargs(file, spec.source_field, spec.target_field) if builder == "csv" else {}
-    return datasets.load_dataset(builder, data_files=str(file), split="train", streaming=True, **kwargs)
+    empty = (f"Corpus {spec.name!r} split 'train': file {location!r} holds no pairs; give it its training pairs, or "
+             "leave the corpus out.")
+    if file.stat().st_size == 0:
+        raise ValueError(empty)
+    try:  # datasets reads the first rows to learn the columns: an empty (or empty compressed) file ends the iterator
+        return datasets.load_dataset(builder, data_files=str(file), split="train", streaming=True, **kwargs)
+    except StopIteration:
+        raise ValueError(empty) from None
 
 
 # --- sizes ---------------------------------------------------------------------------------------------------

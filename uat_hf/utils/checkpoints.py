@@ -75,6 +75,29 @@ def checkpoint_problem(folder: str, *, needs_balancing_state: bool = True) -> st
                 json.load(f)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             return f"{path!r} is torn or unreadable ({error})"
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            problem = _safetensors_problem(os.path.join(folder, name))
+            if problem is not None:
+                return problem
+    return None
+
+
+def _safetensors_problem(path: str) -> str | None:
+    """Why the weights file ``path`` is torn (a kill or a full disk while saving), from its header alone: a
+    safetensors file is an 8-byte header length, the JSON header, then the tensors up to the last end offset."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            if size < 8 or not 0 < length <= size - 8:
+                return f"{path!r} is torn (its header does not fit in its {size} bytes)"
+            header = json.loads(f.read(length))
+        end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
+        return f"{path!r} is torn or unreadable ({error})"
+    if 8 + length + end > size:
+        return f"{path!r} is truncated ({size} of its {8 + length + end} bytes)"
     return None
 
 
