@@ -100,3 +100,26 @@ def test_the_history_file_keeps_exactly_the_records_of_the_checkpoint(tmp_path):
     reader.append({"step": 12})
     assert not (tmp_path / "other").exists()
     assert history.restore(0) == [] and not path.exists()  # a new run into an old output_dir: no record, no file
+
+
+def test_one_history_reader_drops_a_torn_last_line_and_refuses_a_malformed_one(tmp_path, caplog):
+    """Resuming and plotting read a history the same way (they used to differ: uat-plot refused a run killed while
+    appending its last record, the resume dropped that line)."""
+    import json
+    import logging
+
+    from uat_hf.evaluation.history import load_history
+    from uat_hf.utils.checkpoints import HISTORY_FILE, HistoryFile, read_history
+
+    records = [{"step": s, "strategy": "multiuat", "probabilities": {"a": 0.5, "b": 0.5}} for s in (1, 2)]
+    path = tmp_path / HISTORY_FILE
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 3, "prob', encoding="utf-8")
+    assert read_history(str(path)) == (records, True)
+    with caplog.at_level(logging.WARNING, logger="uat_hf"):
+        assert load_history(tmp_path) == records
+    assert "is torn" in caplog.text
+    assert HistoryFile(str(path), writes=False).records(2) == records
+    path.write_text(json.dumps(records[0]) + "\nnot json\n" + json.dumps(records[1]) + "\n", encoding="utf-8")
+    for read in (lambda: load_history(tmp_path), lambda: HistoryFile(str(path), writes=False).records(5)):
+        with pytest.raises(ValueError, match=rf"{HISTORY_FILE}:2 is not a JSON record"):
+            read()

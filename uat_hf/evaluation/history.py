@@ -13,12 +13,14 @@ NumPy and the standard library only: a history can be read without torch or matp
 
 from __future__ import annotations
 
-import json
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..utils.checkpoints import HISTORY_FILE
+from ..utils.checkpoints import HISTORY_FILE, read_history
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["COMMON_FIELDS", "HistorySource", "load_history", "strategy_fields", "update_records"]
 
@@ -65,16 +67,9 @@ def load_history(history_or_output_dir: HistorySource) -> list[dict[str, Any]]:
             "strategy (multiuat or multidds-s), of mixing-law or of one of your own. Point at the output_dir of a run "
             "that started training with this version of uat-hf."
         )
-    records = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number} is not a JSON record ({error}); is this a balancing "
-                                 "history?") from error
+    records, torn = read_history(str(path))
+    if torn:
+        logger.warning("The last line of %s is torn (a run killed while writing it): it is left out.", path)
     if not records:
         raise ValueError(
             f"{str(path)!r} holds no update record yet: the run has not reached its first balancing update."

@@ -186,22 +186,33 @@ def remove_torn_checkpoint(folder: str) -> bool:
     return True
 
 
+def read_history(path: str) -> tuple[list[dict[str, Any]], bool]:
+    """The records of the balancing history at ``path`` (none when it does not exist), and whether its last line
+    was torn (a run killed while appending it: left out). A malformed line before the last is no kill's doing:
+    ``ValueError`` naming it. The one reader of a history file, for resuming and for every tool."""
+    if not os.path.isfile(path):
+        return [], False
+    with open(path, "rb") as f:
+        lines = [(number, line) for number, line in enumerate(f.read().splitlines(), start=1) if line.strip()]
+    records = []
+    for index, (number, line) in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            if index == len(lines) - 1:
+                return records, True
+            raise ValueError(f"{path}:{number} is not a JSON record ({error}); is this a balancing history?") from None
+    return records, False
+
+
 def warn_if_history_torn(path: str) -> bool:
     """Warn (and return ``True``) when the last line of the balancing history at ``path`` is torn: a run killed
     while appending it. The resumed run rewrites the file from its checkpoint, which drops that line."""
-    if not os.path.isfile(path):
-        return False
-    with open(path, "rb") as f:
-        lines = f.read().splitlines()
-    if not lines:
-        return False
-    try:
-        json.loads(lines[-1])
-        return False
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    torn = read_history(path)[1]
+    if torn:
         logger.warning("The last line of %s is torn (a run was killed while writing it); it is dropped, and the "
                        "file keeps the records of the checkpoint's balancing updates.", path)
-        return True
+    return torn
 
 
 def model_bytes(model: Any) -> int:
@@ -291,19 +302,8 @@ class HistoryFile:
 
 
 def _read_records(path: str, count: int) -> list[dict[str, Any]]:
-    """Up to ``count`` complete records from the start of a history file (a torn line ends the reading)."""
-    records: list[dict[str, Any]] = []
-    if not os.path.isfile(path):
-        return records
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if len(records) == count:
-                break
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:  # a run killed while writing it: warn_if_history_torn says so
-                break
-    return records
+    """Up to ``count`` complete records from the start of a history file (:func:`read_history`)."""
+    return read_history(path)[0][:count]
 
 
 def _write_text_atomically(path: str, text: str) -> None:
