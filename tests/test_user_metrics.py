@@ -126,3 +126,27 @@ def test_corpus_metrics_adds_chrfpp_and_ter_per_corpus_and_as_means(tmp_path, to
     assert "nw:2" in trainer.metric_signatures["chrfpp"] and "tok:tercom" in trainer.metric_signatures["ter"]
     with pytest.raises(ValueError, match=r"unknown metric 'comet'; choose from bleu, chrf, chrfpp, ter"):
         make_args(tmp_path, corpus_metrics=["comet"])
+
+
+def test_corpus_evaluation_on_a_stock_trainer_adds_a_users_metrics_to_its_own(tmp_path, tokenizer, tiny_model,
+                                                                                small_dev):
+    """CorpusEvaluation used to replace a user's compute_metrics (run_translation's gen_len was lost): it now runs it
+    on each corpus's rows beside its own scores, with the same keys as UATTrainer gives."""
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer
+
+    from uat_hf.evaluation.corpus_evaluation import CorpusEvaluation
+
+    evaluation = CorpusEvaluation(small_dev, tokenizer, metrics=["ter"],
+                                  compute_metrics=run_translation_compute_metrics(tokenizer))
+    args = make_args(tmp_path)
+    collator = DataCollatorForSeq2Seq(tokenizer, model=tiny_model)
+    stock = Seq2SeqTrainer(model=tiny_model, args=args, processing_class=tokenizer, eval_dataset=evaluation.dataset,
+                           data_collator=collator, compute_metrics=evaluation)
+    metrics = stock.evaluate(max_length=8, num_beams=1)
+    uat = UATTrainer(tiny_model, make_args(tmp_path, corpus_metrics=["ter"]), eval_corpora=small_dev,
+                     processing_class=tokenizer, compute_metrics=run_translation_compute_metrics(tokenizer)).evaluate()
+    for name in small_dev:
+        for key in ("bleu", "chrf", "ter", "user_bleu", "gen_len"):
+            assert metrics[f"eval_{name}_{key}"] == pytest.approx(uat[f"eval_{name}_{key}"]), (name, key)
+    for key in ("bleu", "ter", "user_bleu", "gen_len"):
+        assert metrics[f"eval_mean_{key}"] == pytest.approx(uat[f"eval_mean_{key}"])

@@ -17,7 +17,7 @@ when the corpus has it), so they mean the same on both trainers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,8 @@ from transformers.trainer_utils import PredictionOutput
 
 from ..sampling.packing import example_lengths, longest_first
 from ..utils.columns import MODEL_COLUMNS, REFERENCE_COLUMN
-from .metrics import detokenize, macro_means, translation_scores
+from .metrics import check_corpus_metrics, detokenize, macro_means, translation_scores
+from .user_metrics import kept_apart
 
 __all__ = ["CorpusEvaluation", "corpus_references", "in_original_order", "longest_source_first_order"]
 
@@ -51,6 +52,10 @@ class CorpusEvaluation:
             the references; otherwise the labels are decoded).
         tokenizer: decodes the translations.
         bleu_tokenize: sacreBLEU's tokenizer (``UATConfig.bleu_tokenize``).
+        metrics: the sacreBLEU metrics per corpus (``UATConfig.corpus_metrics``; BLEU and chrF always).
+        compute_metrics: a ``compute_metrics`` of your own (run_translation's, ...), run on each corpus's rows beside
+            these: its keys come out per corpus and as means, a key of the same name as one of these as ``user_<key>``
+            (:mod:`~uat_hf.evaluation.user_metrics`).
 
     The trainer must generate (``predict_with_generate=True``, the ``UATConfig`` default) and keep the rows in
     order (the Trainer's evaluation does).
@@ -61,7 +66,9 @@ class CorpusEvaluation:
     and scored against its references; rows of none of the corpora are scored against their decoded labels.
     """
 
-    def __init__(self, corpora: Mapping[str, Dataset], tokenizer: Any, *, bleu_tokenize: str = "13a") -> None:
+    def __init__(self, corpora: Mapping[str, Dataset], tokenizer: Any, *, bleu_tokenize: str = "13a",
+                 metrics: Sequence[str] = ("bleu", "chrf"),
+                 compute_metrics: Callable[[EvalPrediction], Mapping[str, Any]] | None = None) -> None:
         if not corpora:
             raise ValueError("CorpusEvaluation needs at least one named evaluation corpus.")
         for name, dataset in corpora.items():
@@ -70,6 +77,8 @@ class CorpusEvaluation:
                                  "column 'input_ids'; tokenize it first (uat_hf.data.corpora.tokenize_corpus)."))
         self.tokenizer = tokenizer
         self.bleu_tokenize = bleu_tokenize
+        self.metrics = check_corpus_metrics(metrics)
+        self.compute_metrics = compute_metrics
         self.names = list(corpora)
         self.references = {name: corpus_references(dataset, tokenizer, name) for name, dataset in corpora.items()}
         self.bounds = np.cumsum([0] + [len(dataset) for dataset in corpora.values()])
@@ -87,12 +96,21 @@ class CorpusEvaluation:
         hypotheses = detokenize(self.tokenizer, generated)
         per_corpus = {}
         for i, name in enumerate(self.names):
-            scores, _ = translation_scores(hypotheses[self.bounds[i]: self.bounds[i + 1]], self.references[name],
-                                           bleu_tokenize=self.bleu_tokenize)
-            per_corpus[name] = scores
+            rows = slice(self.bounds[i], self.bounds[i + 1])
+            scores, _ = translation_scores(hypotheses[rows], self.references[name], bleu_tokenize=self.bleu_tokenize,
+                                           metrics=self.metrics)
+            per_corpus[name] = {**scores, **self._user_metrics(generated[rows], prediction.label_ids, rows)}
         metrics = {f"{name}_{key}": value for name, scores in per_corpus.items() for key, value in scores.items()}
-        metrics.update(macro_means(metrics, self.names, prefix=""))
+        keys = list(dict.fromkeys(key for scores in per_corpus.values() for key in scores))
+        metrics.update(macro_means(metrics, self.names, prefix="", keys=keys))
         return metrics
+
+    def _user_metrics(self, generated: np.ndarray, label_ids: np.ndarray | None, rows: slice) -> dict[str, Any]:
+        """The user's ``compute_metrics`` on the rows of one corpus, its keys kept apart from the trainer's."""
+        if self.compute_metrics is None:
+            return {}
+        labels = label_ids[rows] if label_ids is not None else None
+        return kept_apart(self.compute_metrics(EvalPrediction(predictions=generated, label_ids=labels)), self.metrics)
 
     def _one_dataset(self, generated: np.ndarray, label_ids: np.ndarray | None) -> dict[str, float]:
         """``bleu`` and ``chrf`` of the translations of one dataset other than :attr:`dataset`: against the
@@ -107,8 +125,8 @@ class CorpusEvaluation:
         same = [name for name, rows in self._labels.items() if rows is not None and len(rows) == len(labels)]
         references = next((self.references[name] for name in same if self._label_text(name) == labels), labels)
         scores, _ = translation_scores(detokenize(self.tokenizer, generated), references,
-                                       bleu_tokenize=self.bleu_tokenize)
-        return scores
+                                       bleu_tokenize=self.bleu_tokenize, metrics=self.metrics)
+        return {**scores, **self._user_metrics(generated, label_ids, slice(None))}
 
     def _label_text(self, name: str) -> list[str]:
         if name not in self._label_texts:

@@ -94,6 +94,25 @@ class CorpusDistribution:
         mix = self.proposer.sampling_mix(self._p) if self.proposer is not None else None
         return self._p.copy() if mix is None else self._capped(np.asarray(mix, dtype=np.float64))
 
+    @property
+    def plans_step_mixes(self) -> bool:
+        """Whether the strategy plans each optimizer step's mix from the examples drawn for it (mixing-law's probe
+        windows), which needs every process to draw the same batches."""
+        return bool(getattr(self.proposer, "plans_step_mixes", False))
+
+    def measures_at(self, step: int, update_every: int) -> bool:
+        """Whether the strategy measures after optimizer step ``step`` (never for a p set by hand)."""
+        return self.proposer is not None and self.proposer.measures_at(step, update_every)
+
+    def check_training(self, update_every: int) -> None:
+        """Refuse a training schedule the strategy cannot follow."""
+        if self.proposer is not None:
+            self.proposer.check_training(update_every)
+
+    def log_fields(self, record: Mapping[str, Any]) -> dict[str, float]:
+        """The numbers of a history record the strategy logs (below ``balance/``): none for a p set by hand."""
+        return {} if self.proposer is None else self.proposer.log_fields(record.get(self.strategy) or {})
+
     def planned_mix(self, p: np.ndarray, step: int) -> np.ndarray:
         """The mix to draw the batches of optimizer step ``step`` with, given the p in force (``p``): the strategy's
         planned mix (mixing-law's probe window of that step), or ``p`` itself. Lets the sampler draw ahead of

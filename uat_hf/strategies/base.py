@@ -54,6 +54,9 @@ class BalancingStrategy:
     config_fields: ClassVar[tuple[str, ...]] = ()
     #: What p follows, in the refusal of :meth:`~uat_hf.sampling.distribution.CorpusDistribution.set_probabilities`.
     learned_by: ClassVar[str] = "its strategy"
+    #: Whether :meth:`planned_mix` plans each step's mix from the examples drawn for it (every process must draw
+    #: the same batches: not with streamed corpora).
+    plans_step_mixes: ClassVar[bool] = False
     #: The setting that sizes one update's step (named when an update moves p far in one go); ``None``: none.
     step_setting: ClassVar[str | None] = None
     #: The name the class was registered under (set by ``register_strategy``), for its messages.

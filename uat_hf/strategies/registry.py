@@ -146,8 +146,8 @@ def build_distribution(name: str, sizes: Mapping[str, int], *, temperature: floa
                        probabilities: Sequence[float] | None = None, **knobs) -> CorpusDistribution:
     """The distribution strategy ``name`` starts from over corpora of these ``sizes``: the hand-given
     ``probabilities``, else the τ prior (τ: ``temperature``, else the strategy's own), with the strategy built
-    from ``knobs`` (its constructor's keyword arguments). ``UATConfig.corpus_distribution`` builds the same from
-    a config."""
+    from ``knobs`` (its constructor's keyword arguments). The one builder of a distribution:
+    ``UATConfig.corpus_distribution`` calls it with a config's prior and knobs."""
     cls = get_strategy(name)
     names = list(sizes)
     if probabilities is not None:

@@ -143,7 +143,7 @@ class CorpusBalancingCallback(TrainerCallback):
                 {n: example_lengths(self.train_corpora[n]) for n in sampler.names}
                 if reward.needs_train_batches else {}
             )
-            self.distribution.proposer.check_training(self.update_every)
+            self.distribution.check_training(self.update_every)
 
     @property
     def strategy(self) -> str:
@@ -192,7 +192,7 @@ class CorpusBalancingCallback(TrainerCallback):
         self.sampler.set_epoch(math.floor(state.epoch or 0), first_step=state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.reward is not None and self.distribution.proposer.measures_at(state.global_step, self.update_every):
+        if self.reward is not None and self.distribution.measures_at(state.global_step, self.update_every):
             if self.update(model, state.global_step) is not None:
                 control.should_log = True  # each update's numbers join a log entry of their own step
         return control
@@ -259,10 +259,8 @@ class CorpusBalancingCallback(TrainerCallback):
         if self._history is not None:
             self._history.append(record)
         self._pending_logs = {f"balance/p_{n}": value for n, value in record["probabilities"].items()}
-        proposer = self.distribution.proposer
-        if proposer is not None:
-            own = proposer.log_fields(record[self.strategy])
-            self._pending_logs.update({f"balance/{key}": value for key, value in own.items()})
+        own = self.distribution.log_fields(record)
+        self._pending_logs.update({f"balance/{key}": value for key, value in own.items()})
         self._pending_logs["balance/seconds"] = record["seconds"]
 
     def set_aside(self, name: str, share: float, step: int, reason: str) -> dict | None:

@@ -17,7 +17,6 @@ from typing import Any
 from ..data.streams import is_stream, streamed_size
 from ..sampling.distribution import CorpusDistribution
 from ..sampling.stream_batches import StreamBatchSampler
-from ..strategies.base import BalancingStrategy
 from ..utils.columns import MODEL_COLUMNS
 from .uat_config import UATConfig
 
@@ -57,8 +56,7 @@ def stream_sampler(
     distribution: CorpusDistribution = config.corpus_distribution(
         {n: size or 1 for n, size in sizes.items()}
     )  # sizes unused when corpus_probabilities gives the prior
-    proposer = distribution.proposer
-    if proposer is not None and type(proposer).planned_mix is not BalancingStrategy.planned_mix:
+    if distribution.plans_step_mixes:
         raise ValueError(
             f"Strategy {config.strategy!r} plans each step's mix from the examples every process drew, "
             "which a streamed run does not share between processes; use it with map-style corpora."

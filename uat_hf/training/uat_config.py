@@ -12,13 +12,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 from transformers import Seq2SeqTrainingArguments
 
 from ..sampling.distribution import CorpusDistribution
-from ..sampling.priors import check_corpus_probabilities, corpus_probabilities_for, temperature_prior
+from ..sampling.priors import check_corpus_probabilities, corpus_probabilities_for
 from ..strategies.base import BalancingStrategy
-from ..strategies.registry import get_strategy, loaded_strategies, split_variant
+from ..strategies.registry import build_distribution, get_strategy, loaded_strategies, split_variant
 from ..strategies.scorer import PRIOR_FITS
 from .balancing_arguments import DEFAULT_MEASURE, MC_BATCH_MODES, MEASURES, RELEASED_CODE_MEASURES, BalancingArguments
 
@@ -270,13 +269,11 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
     def corpus_distribution(self, sizes: Mapping[str, int]) -> CorpusDistribution:
         """The distribution these settings start from, over corpora of these ``sizes`` (name → examples), with the
         strategy built from them."""
-        names = list(sizes)
-        if self.corpus_probabilities is not None:  # the values were checked in __post_init__, the names only here
-            prior = np.asarray(corpus_probabilities_for(self.corpus_probabilities, names), dtype=np.float64)
-        else:
-            prior = temperature_prior(dict(sizes), self.effective_prior_temperature)
-        cls = self.strategy_class
-        return CorpusDistribution(names, prior, strategy=self.strategy, proposer=cls(names, prior, **cls.knobs(self)))
+        given = self.corpus_probabilities  # its values were checked in __post_init__, its names only here
+        return build_distribution(
+            self.strategy, sizes, temperature=None if given is not None else self.effective_prior_temperature,
+            probabilities=None if given is None else corpus_probabilities_for(given, list(sizes)),
+            **self.strategy_class.knobs(self))
 
     @property
     def is_dynamic(self) -> bool:

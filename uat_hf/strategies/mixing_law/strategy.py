@@ -53,6 +53,7 @@ class MixingLaw(BalancingStrategy):
 
     learned_by = "its mixing law"
     step_setting = "mixing_law_eta"
+    plans_step_mixes = True
     config_fields: ClassVar[tuple[str, ...]] = tuple(_PREFIX + f.name for f in fields(MixingLawSettings))
 
     def __init__(self, names: Sequence[str], prior: Sequence[float], *,
