@@ -233,3 +233,19 @@ def test_a_refused_resume_changes_no_file_of_the_run(tmp_path, corpora, tokenize
         trainer.train(resume_from_checkpoint=str(out / "checkpoint-5"))
     assert not getattr(trainer, "trained_batches", [])
     assert tree_hashes(out) == before
+
+
+def test_a_resume_reads_and_checks_the_checkpoint_once(tmp_path, corpora, tokenizer, monkeypatch):
+    """UATTrainer.train checks the checkpoint before any file changes and hands the checked state to the balancing
+    callback, which restores from it: the state file is read once (it was read and checked twice)."""
+    from uat_hf.training import resume_check
+
+    run(tmp_path, corpora, tokenizer, tmp_path / "full", max_steps=6)
+    partial = tmp_path / "partial"
+    shutil.copytree(tmp_path / "full" / "checkpoint-5", partial / "checkpoint-5")
+    shutil.copy(tmp_path / "full" / HISTORY_FILE, partial / HISTORY_FILE)
+    reads = []
+    original = resume_check.read_state
+    monkeypatch.setattr(resume_check, "read_state", lambda folder: reads.append(folder) or original(folder))
+    resumed, history = run(tmp_path, corpora, tokenizer, partial, resume=True, max_steps=6)
+    assert reads == [str(partial / "checkpoint-5")] and [h["step"] for h in history] == [3, 6]

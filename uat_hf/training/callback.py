@@ -120,6 +120,9 @@ class CorpusBalancingCallback(TrainerCallback):
         #: Checkpoint folder to restore from at the start of training; when unset and the Trainer resumes,
         #: ``output_dir/checkpoint-<global_step>`` (where the Trainer itself saves) is used.
         self.resume_from: str | None = None
+        #: (checkpoint folder, its balancing state) once :func:`~uat_hf.training.resume_check.check_resume` accepted
+        #: it, so that the restore reads and checks it no second time.
+        self.checked_resume: tuple[str, dict] | None = None
         self._history: HistoryFile | None = None  # set when training begins, where output_dir is known
         self._pending_logs: dict[str, float] = {}
         self._dev_batches: tuple[int, list] | None = None  # (update count, its dev batches)
@@ -357,8 +360,10 @@ class CorpusBalancingCallback(TrainerCallback):
         file of this run (``args.output_dir``), without the records a later checkpoint or a kill left there. The
         history file is written only after the state was checked (:func:`~uat_hf.training.resume_check.check_resume`)
         and loaded: a refused resume changes no file."""
-        state = check_resume(folder, strategy=self.strategy, names=self.sampler.names, settings=self.settings,
-                             distribution=self.distribution)
+        checked, self.checked_resume = self.checked_resume, None
+        state = checked[1] if checked is not None and checked[0] == folder else check_resume(
+            folder, strategy=self.strategy, names=self.sampler.names, settings=self.settings,
+            distribution=self.distribution)
         self._history = HistoryFile(os.path.join(args.output_dir, HISTORY_FILE), writes=args.should_save)
         saved_in = os.path.join(os.path.dirname(os.path.abspath(folder)), HISTORY_FILE)
         records = self._history.records(CorpusDistribution.records_in(state["distribution"]), source=saved_in)

@@ -105,11 +105,15 @@ def check_resume(folder: str, *, strategy: str, names: Sequence[str], settings: 
 
 def check_trainer_resume(trainer: Any, folder: str | None) -> None:
     """:func:`check_resume` for a trainer whose balancing callback is ``trainer.balancing``, when ``folder`` (a
-    resolved checkpoint) holds a balancing state (without one, ``allow_inexact_resume`` accepted it)."""
+    resolved checkpoint) holds a balancing state (without one, ``allow_inexact_resume`` accepted it). The checked
+    state is handed to the callback (``checked_resume``), which restores from it without reading it again; a folder
+    checked already is not checked twice."""
     callback = trainer.balancing
-    if folder and os.path.isfile(os.path.join(folder, BALANCING_STATE_FILE)):
-        check_resume(folder, strategy=callback.strategy, names=callback.sampler.names, settings=callback.settings,
-                     distribution=callback.distribution)
+    checked = callback.checked_resume
+    if folder and os.path.isfile(os.path.join(folder, BALANCING_STATE_FILE)) and (checked or ("",))[0] != folder:
+        state = check_resume(folder, strategy=callback.strategy, names=callback.sampler.names,
+                             settings=callback.settings, distribution=callback.distribution)
+        callback.checked_resume = (folder, state)
 
 
 def _plain(value: Any) -> Any:
