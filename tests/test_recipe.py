@@ -286,3 +286,11 @@ def test_the_qwen_lora_recipe_documents_commands_that_parse():
     data, arguments = parse_evaluate(evaluate_argv)
     assert Path(arguments.model_name_or_path) == Path(training.output_dir)
     assert Path(resolve_bundled(data.corpus_dir)).is_dir() and data.corpora == ["fr", "de", "cs", "ko"]
+
+
+def test_an_outside_strategys_module_path_is_no_hub_tag(tmp_path):
+    from huggingface_hub import ModelCard
+
+    Recipe({**FIELDS, "strategy": "my_package.mix:DevLossShare"}).save_pretrained(tmp_path, results={})
+    data = ModelCard.load(tmp_path / MODEL_CARD_FILE).data
+    assert data.tags == ["translation", "uat-hf"]

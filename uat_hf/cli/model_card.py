@@ -42,7 +42,7 @@ def build_model_card(fields: Mapping[str, Any], results: Mapping[str, float] | N
         base_model=model if is_hub_id(model) else None,
         library_name="transformers",
         pipeline_tag="translation",
-        tags=["translation", "uat-hf", str(strategy)],
+        tags=["translation", "uat-hf", *_strategy_tag(str(strategy))],
         model_name=Path(str(get("output_dir") or "uat-hf-model")).name if scores else None,
         eval_results=_eval_results(scores, specs + eval_specs, get("eval_split", "test")) or None,
     )
@@ -51,6 +51,12 @@ def build_model_card(fields: Mapping[str, Any], results: Mapping[str, float] | N
     for note in reversed([n for n in notes if n]):
         text = text.replace("\n## Results\n", f"\n## Results\n\n**{note}**\n", 1)
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text}")
+
+
+def _strategy_tag(strategy: str) -> list[str]:
+    """The strategy as a Hub tag, when it is one: a registered name (``multiuat``), not an outside class's
+    ``module:Class`` path (the Hub's tags are words; the card's text names the class)."""
+    return [] if ":" in strategy or "/" in strategy else [strategy]
 
 
 def _audit_text(audit: Mapping[str, Any] | None) -> str:
