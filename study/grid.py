@@ -375,6 +375,8 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
                 "suspect are dropped before training")
         notes.append(f"Audited: corpus_audit {audited}, {what} (docs/corpus_audit.md); otherwise the cell without it.")
         fields.update(corpus_audit=audited)
+    else:  # the action the study's proportional and learned cells were run with, whatever uat-train's default
+        fields.update(corpus_audit="warn")
     if strategy == "temperature":
         notes.append("temperature: τ = 5, the strategy's default (the paper's).")
     if strategy.startswith(("multiuat", "multidds")):
