@@ -31,7 +31,8 @@ NOT_IMPORTED = {
     "ruff": "a linter, run as a command (`ruff check .` in .ci/run), never imported",
 }
 #: Imported by uat_hf only inside the function of an optional feature, and declared by that extra.
-OPTIONAL_IMPORTS = {"peft": "peft"}  # LoRA adapters for decoder-only models (uat_hf/models/causal_presets.py)
+OPTIONAL_IMPORTS = {"peft": "peft",  # LoRA adapters for decoder-only models (uat_hf/models/causal_presets.py)
+                    "evaluate": "evaluate"}  # a local evaluate metric in corpus_metrics (uat_hf/evaluation/metrics.py)
 
 
 def canonical(name: str) -> str:
@@ -89,8 +90,10 @@ def lazily_imported(path: Path, module: str) -> bool:
 
 def imported_modules(*roots: Path) -> dict[str, set[str]]:
     """Top-level third-party module → the files (relative to the repo) that import it."""
-    # conftest, scripts, and the tests' own packages (tests/plugins: an outside strategy)
-    local = {PACKAGE.name} | {name for root in roots for p in root.rglob("*.py") for name in (p.stem, p.parent.name)}
+    # conftest, scripts, and the tests' own packages (tests/plugins: an outside strategy); the package's own modules
+    # are no top-level names (uat_hf/cli/evaluate.py is not the `evaluate` distribution)
+    local = {PACKAGE.name} | {name for root in roots if root != PACKAGE for p in root.rglob("*.py")
+                              for name in (p.stem, p.parent.name)}
     found: dict[str, set[str]] = {}
     for root in roots:
         for path in root.rglob("*.py"):

@@ -150,3 +150,40 @@ def test_corpus_evaluation_on_a_stock_trainer_adds_a_users_metrics_to_its_own(tm
             assert metrics[f"eval_{name}_{key}"] == pytest.approx(uat[f"eval_{name}_{key}"]), (name, key)
     for key in ("bleu", "ter", "user_bleu", "gen_len"):
         assert metrics[f"eval_mean_{key}"] == pytest.approx(uat[f"eval_mean_{key}"])
+
+
+EXACT_MATCH = '''
+import datasets
+import evaluate
+
+
+class ExactMatch(evaluate.Metric):
+    def _info(self):
+        text = datasets.Value("string")
+        return evaluate.MetricInfo(description="hypotheses equal to their reference, %", citation="",
+                                   inputs_description="",
+                                   features=datasets.Features({"predictions": text, "references": text}))
+
+    def _compute(self, predictions, references):
+        return {"exact": 100.0 * sum(p == r for p, r in zip(predictions, references)) / len(references)}
+'''
+
+
+def test_a_local_evaluate_metric_scores_every_corpus_and_a_hub_name_is_refused(tmp_path, tokenizer, tiny_model,
+                                                                              small_dev):
+    metric = tmp_path / "exact_match"
+    metric.mkdir()
+    (metric / "exact_match.py").write_text(EXACT_MATCH, encoding="utf-8")
+    trainer = UATTrainer(tiny_model, make_args(tmp_path, corpus_metrics=[str(metric)]), eval_corpora=small_dev,
+                         processing_class=tokenizer)
+    metrics = trainer.evaluate()
+    exact = {}
+    for name in small_dev:
+        hypotheses = trainer.translate(name)[name].hypotheses
+        references = list(small_dev[name]["target_text"])
+        exact[name] = 100.0 * sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+        assert metrics[f"eval_{name}_exact"] == pytest.approx(exact[name])
+    assert metrics["eval_mean_exact"] == pytest.approx(np.mean(list(exact.values())))
+    assert trainer.metric_signatures[str(metric)] == f"evaluate:{metric}"
+    with pytest.raises(ValueError, match=r"unknown metric 'google_bleu'.*path of a local `evaluate` metric"):
+        make_args(tmp_path, corpus_metrics=["google_bleu"])

@@ -7,7 +7,9 @@ was computed (tokenizer, smoothing, casing, version). Scores are on detokenized 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,26 +32,31 @@ def detokenize(tokenizer: Any, token_ids: np.ndarray | Sequence[Sequence[int]]) 
 
 #: sacreBLEU's corpus-level metrics a run can score each corpus with (``UATConfig.corpus_metrics``). BLEU and chrF
 #: are always scored (the tables, the copy baseline and best-model selection read them); ``chrfpp`` is chrF++
-#: (word bigrams too) and ``ter`` the translation edit rate, for which lower is better.
+#: (word bigrams too) and ``ter`` the translation edit rate, for which lower is better. A local folder or ``.py``
+#: file of a Hugging Face ``evaluate`` metric (``evaluate.load`` of a path: no download) scores each corpus too.
 CORPUS_METRICS = ("bleu", "chrf", "chrfpp", "ter")
 
 
 def check_corpus_metrics(names: Sequence[str]) -> list[str]:
-    """``names`` with BLEU and chrF first, each once; an unknown name is refused, naming the known ones."""
-    unknown = [name for name in names if name not in CORPUS_METRICS]
+    """``names`` with BLEU and chrF first, each once, then the local ``evaluate`` metrics; an unknown name is
+    refused, naming the known ones."""
+    unknown = [name for name in names if name not in CORPUS_METRICS and not _is_local_metric(name)]
     if unknown:
         raise ValueError(f"corpus_metrics: unknown metric {unknown[0]!r}; choose from {', '.join(CORPUS_METRICS)} "
-                         "(sacreBLEU's; a metric of your own goes in compute_metrics, which runs per corpus too).")
-    return [name for name in CORPUS_METRICS if name in ("bleu", "chrf") or name in names]
+                         "(sacreBLEU's) or give the path of a local `evaluate` metric (a folder or .py file: Hub "
+                         "metrics are downloaded scripts); a function of your own goes in compute_metrics.")
+    local = list(dict.fromkeys(name for name in names if name not in CORPUS_METRICS))
+    return [name for name in CORPUS_METRICS if name in ("bleu", "chrf") or name in names] + local
 
 
 def translation_scores(
     hypotheses: Sequence[str], references: Sequence[str], *, bleu_tokenize: str = "13a",
     metrics: Sequence[str] = ("bleu", "chrf"),
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """Corpus-level ``metrics`` (:data:`CORPUS_METRICS`) of ``hypotheses`` against one reference each.
+    """Corpus-level ``metrics`` (:func:`check_corpus_metrics`) of ``hypotheses`` against one reference each.
 
-    Returns ``({"bleu": ..., "chrf": ..., ...}, {"bleu": signature, "chrf": signature, ...})``.
+    Returns ``({"bleu": ..., "chrf": ..., ...}, {"bleu": signature, "chrf": signature, ...})``; a local ``evaluate``
+    metric adds each number it returns under its own key, its signature being its path.
     """
     if len(hypotheses) != len(references):
         raise ValueError(f"Got {len(hypotheses)} hypotheses for {len(references)} references; they must pair up.")
@@ -57,10 +64,32 @@ def translation_scores(
                "chrfpp": lambda: sacrebleu.CHRF(word_order=2), "ter": sacrebleu.TER}
     scores, signatures = {}, {}
     for name in check_corpus_metrics(metrics):
+        if name not in scorers:
+            result = _local_metric(name).compute(predictions=list(hypotheses), references=list(references))
+            numbers = {key: float(value) for key, value in result.items() if _is_number(value)}
+            scores.update({key: value for key, value in numbers.items() if key not in scores})
+            signatures[name] = f"evaluate:{name}"
+            continue
         metric = scorers[name]()
         scores[name] = float(metric.corpus_score(list(hypotheses), [list(references)]).score)
         signatures[name] = str(metric.get_signature())
     return scores, signatures
+
+
+def _is_local_metric(name: str) -> bool:
+    path = Path(name)
+    return path.is_dir() or (path.is_file() and path.suffix == ".py")
+
+
+@functools.cache
+def _local_metric(path: str) -> Any:
+    """``evaluate.load`` of a local metric, once per path (loading imports its script)."""
+    try:
+        import evaluate
+    except ImportError:
+        raise ImportError(f"corpus_metrics names the local evaluate metric {path!r}, but `evaluate` is not "
+                          "installed: pip install \"uat-hf[evaluate]\".") from None
+    return evaluate.load(path)
 
 
 def macro_average(per_corpus: Mapping[str, Mapping[str, float]], key: str) -> float:

@@ -37,7 +37,7 @@ from ..data.language_codes import labels_generation_kwargs, places_language_code
 from ..evaluation import user_metrics
 from ..evaluation.causal_eval import continuation, first_line, left_padding, prompt_only
 from ..evaluation.corpus_evaluation import corpus_references, in_original_order, longest_source_first_order
-from ..evaluation.metrics import detokenize, macro_means, translation_scores
+from ..evaluation.metrics import CORPUS_METRICS, detokenize, macro_means, translation_scores
 from ..models.causal_lm import is_causal_lm
 from ..models.targets import require_supported_model
 from ..sampling.distribution import CorpusDistribution
@@ -321,6 +321,8 @@ class UATTrainer(Seq2SeqTrainer):
                                                     metrics=self.args.corpus_metrics)
             self.metric_signatures.update(signatures)
             output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in scores.items()})
+            # a local evaluate metric's keys are averaged over corpora as a compute_metrics' are
+            metric_keys += [key for key in scores if key not in CORPUS_METRICS and key not in metric_keys]
         return CorpusTranslation(hypotheses, references, output, metric_keys)
 
     def prediction_step(self, model: torch.nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
