@@ -196,7 +196,8 @@ def test_the_failing_pairs_of_a_suspect_corpus_are_marked_for_dropping(bundled):
 
 def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys):
     """corpus_audit: drop end to end: dictionary with half its targets replaced by their sources trains on the
-    others only; the report counts them; a corpus left with no pair is refused before training."""
+    others only; the report counts them; a corpus with no sound pair left is left out of training, and still
+    evaluated."""
     import gzip
     import shutil
 
@@ -231,5 +232,8 @@ def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys)
         for row in rows[:400]:
             out.write(json.dumps({"translation": {"en": row["translation"]["en"], "de": row["translation"]["en"]}})
                       + "\n")
-    assert cli.main(["--config", str(tmp_path / "recipe.yaml"), "--output_dir", str(tmp_path / "none")]) == 2
-    assert "corpus_audit: drop would leave corpus 'dictionary' no training pair" in capsys.readouterr().err
+    assert cli.main(["--config", str(tmp_path / "recipe.yaml"), "--output_dir", str(tmp_path / "none")]) == 0
+    assert "corpus 'dictionary' is left out of training: every one of its" in capsys.readouterr().err
+    final_mix = json.loads((tmp_path / "none" / "final_mix.json").read_text())
+    results = json.loads((tmp_path / "none" / "eval_results.json").read_text())
+    assert final_mix["corpora"] == ["bible"] and "eval_dictionary_bleu" in results  # not trained on, evaluated

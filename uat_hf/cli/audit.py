@@ -102,7 +102,8 @@ if __name__ == "__main__":
 def without_failing_pairs(audit, train: dict) -> dict:
     """With ``corpus_audit: drop``, the training corpora without the pairs the audit found failing in each suspect
     corpus (:attr:`~uat_hf.data.audit.corpus_audit.CorpusAudit.failing`, marked on the pairs the run's cleaning kept,
-    in their order, which tokenizing keeps)."""
+    in their order, which tokenizing keeps). A corpus none of whose pairs is sound is left out of training (its
+    test set is still evaluated), with a warning; a run left with no training corpus is refused."""
     kept = dict(train)
     for name in audit.suspects if audit is not None else ():
         failing = audit.corpora[name].failing
@@ -112,11 +113,17 @@ def without_failing_pairs(audit, train: dict) -> dict:
             raise ValueError(f"corpus_audit: drop marked {len(failing)} pairs of corpus {name!r}, but the run reads "
                              f"{len(train[name])}: the audit and the data preparation disagree; use reweight.")
         if failing.all():
-            raise ValueError(f"corpus_audit: drop would leave corpus {name!r} no training pair (every one fails "
-                             f"{', '.join(audit.corpora[name].flagged)}): remove the corpus, or use reweight.")
+            del kept[name]
+            logger.warning(f"corpus {name!r} is left out of training: every one of its {len(failing)} training pairs "
+                           f"fails {', '.join(audit.corpora[name].flagged)} (corpus_audit: drop); it is still "
+                           "evaluated.")
+            continue
         import numpy as np
 
         kept[name] = train[name].select(np.flatnonzero(~failing))
         logger.info(f"corpus {name!r}: dropped {int(failing.sum())} of {len(failing)} training pairs failing "
                     f"{', '.join(audit.corpora[name].flagged)} (corpus_audit: drop)")
+    if not kept:
+        raise ValueError("corpus_audit: drop would leave no training corpus: every pair of every corpus fails the "
+                         "audit. Check the corpora (uat-audit --config RECIPE), or use reweight.")
     return kept

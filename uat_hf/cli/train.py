@@ -159,8 +159,10 @@ def prepare(
     audit = run_audit(data_args, specs, seed=training_args.seed)  # before any tokenizing: seconds, not minutes
     tokenizer, train, dev, eval_corpora, ood = prepare_data(training_args, data_args, model_args, specs, eval_specs,
                                                             tags, tag_of, eval_tag_of, prompt, resume_from=resume)
-    if data_args.corpus_audit == "drop":
+    if data_args.corpus_audit == "drop":  # a corpus left out of training keeps its test set, not its dev set
         train = without_failing_pairs(audit, train)
+        dev = {name: dataset for name, dataset in dev.items() if name in train}
+        specs = [spec for spec in specs if spec.name in train]
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)
     if training_args.should_save and not resume:  # a resumed run keeps its own
         tokenizer.save_pretrained(output_dir)
