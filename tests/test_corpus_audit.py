@@ -237,3 +237,17 @@ def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys)
     final_mix = json.loads((tmp_path / "none" / "final_mix.json").read_text())
     results = json.loads((tmp_path / "none" / "eval_results.json").read_text())
     assert final_mix["corpora"] == ["bible"] and "eval_dictionary_bleu" in results  # not trained on, evaluated
+
+
+def test_the_default_action_drops_where_a_run_can_and_reweights_where_it_cannot():
+    """auto (the default, chosen on the dev sets of the study's noise cells): drop for map-style corpora; a stream
+    or a train_fraction cannot drop by index, so they reweight."""
+    from uat_hf.cli.arguments import DataArguments
+
+    base = {"corpus_dir": "bundled:multidomain-en-de", "source_lang": "en", "target_lang": "de"}
+    assert DataArguments(**base).corpus_audit == "drop"
+    assert DataArguments(**base, streaming=True, dedupe=False).corpus_audit == "reweight"
+    assert DataArguments(**base, train_fraction=0.5).corpus_audit == "reweight"
+    assert DataArguments(**base, corpus_audit="warn").corpus_audit == "warn"
+    with pytest.raises(ValueError, match="corpus_audit: drop removes the failing pairs .* not with streaming"):
+        DataArguments(**base, streaming=True, dedupe=False, corpus_audit="drop")

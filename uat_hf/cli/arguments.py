@@ -39,7 +39,7 @@ DEFAULT_TOKENIZER_TRAIN_EXAMPLES = 200_000
 
 
 #: What ``corpus_audit`` does with a suspect corpus.
-AUDIT_ACTIONS = ("off", "warn", "reweight", "drop")
+AUDIT_ACTIONS = ("auto", "off", "warn", "reweight", "drop")
 
 
 @dataclass
@@ -139,9 +139,9 @@ class DataArguments:
     )
     dedupe: bool = field(default=True, metadata={"help": "Drop repeated (source, target) training pairs."})
     corpus_audit: str = field(
-        default="warn",
-        metadata={"help": "Corpus audit: warn, reweight, drop or off."},  # docs/corpus_audit.md
-    )
+        default="auto",
+        metadata={"help": "Corpus audit's action: auto, warn, reweight, drop or off."},
+    )  # docs/corpus_audit.md: the default chosen on the dev sets of the study's noise cells
     streaming: bool = field(
         default=False,
         metadata={"help": "Read every training corpus as a stream (datasets' streaming=True): cleaned and tokenized "
@@ -245,7 +245,9 @@ class DataArguments:
                     "not both: the fraction keeps the corpora's size ratios, the cap of N pairs per corpus changes "
                     "them."
                 )
-        if self.corpus_audit == "drop" and (self.streaming or self.train_fraction is not None):
+        if self.corpus_audit == "auto":  # drop won the screening; a stream or a fraction cannot drop by index
+            self.corpus_audit = "reweight" if self.streaming or self.train_fraction is not None else "drop"
+        elif self.corpus_audit == "drop" and (self.streaming or self.train_fraction is not None):
             raise ValueError("corpus_audit: drop removes the failing pairs of a whole, map-style corpus, in its "
                              f"order: not with {'streaming: true' if self.streaming else 'train_fraction'}; use "
                              "reweight.")

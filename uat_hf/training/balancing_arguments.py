@@ -83,8 +83,7 @@ class BalancingArguments:
         default=1,
         metadata={
             "help": "With mix_corpora: draw this many batches at a time and re-batch their examples sorted by length "
-            "(HF group_by_length style). Less padding, but each batch's lengths, and so its corpora, are more "
-            "alike. 1: no grouping. New probabilities take effect from the next pool."
+            "(HF group_by_length style): less padding, more alike batches. 1: no grouping."
         },
     )
     stream_buffer_examples: int = field(

@@ -7,8 +7,9 @@ difference (a one-sided test at about 3e-5 per corpus and signal, so that 64 cor
 of any false alarm per run near 1 %). What the dev set fails too is the corpus's nature (a dictionary's short
 entries, software strings that copy names), not noise. The estimated clean share — the pairs beyond the dev
 set's rate on the signals that fired, and the repeats when repetition fired — gives the corpus's *effective
-size*, which a run may use for its prior (``corpus_audit: reweight``). A signal is evidence, not a verdict on
-what helps: copies can teach a small model to carry names over, so the default only warns.
+size*, which a run may use for its prior (``corpus_audit: reweight``), and the failing pairs of a suspect corpus
+can be marked to train without them (``drop``). A signal is evidence, not a verdict on what helps: which action a
+run takes by default was decided on the dev sets of the study's noise cells (docs/corpus_audit.md).
 """
 
 from __future__ import annotations
