@@ -191,7 +191,9 @@ NOISE_ORACLE_SHARES: dict[str, float | None] = {
     # share 0.01 5.25 / 27.89, 0.05 5.13 / 27.15, 0.15 5.25 / 27.33: 0.01 (BLEU tied with 0.15, chrF ahead).
     "untranslated": 0.01,
 }
-NOISE_STRATEGIES = ("proportional", "proportional-reweight")
+#: Test-set strategies of a noise cell: proportional unaudited, and with each audit action (drop is the product's
+#: default for map-style corpora, docs/corpus_audit.md).
+NOISE_STRATEGIES = ("proportional", "proportional-reweight", "proportional-drop")
 KNOWN_STRATEGIES = ("proportional", "temperature", "uniform", "oracle", "multiuat-enteos", "multidds-s",
                     "mixing-law")
 #: The oracle's share of the misaligned corpus: small, not 0, so that the prior stays a valid scorer start too.
