@@ -224,7 +224,8 @@ def warm_up(options: argparse.Namespace, tokenizer: Any, data: dict, strategy: s
     so that none of it lands in whichever strategy is timed first. Mixing-law's probe windows shrink to fit."""
     if strategy == "mixing-law":
         every = len(data["train"]) + 1
-        timed_run(options, tokenizer, data, strategy, 2 * every, every, mixing_law_sweeps=1, mixing_law_window_steps=1)
+        timed_run(options, tokenizer, data, strategy, 2 * every, every,
+                  strategy_settings={"sweeps": 1, "window_steps": 1})
     else:
         timed_run(options, tokenizer, data, strategy, 10, 5)
 
@@ -328,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         warm_up(options, tokenizer, data, strategy)
     runs = []
     for strategy in interleaved(options.strategies, options.repeats):
-        config = {"mixing_law_sweeps": options.mixing_law_sweeps} if strategy == "mixing-law" else {}
+        config = {"strategy_settings": {"sweeps": options.mixing_law_sweeps}} if strategy == "mixing-law" else {}
         runs.append(timed_run(options, tokenizer, data, strategy, options.steps, options.update_every, **config))
     table = summarize(runs)
 

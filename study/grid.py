@@ -46,7 +46,7 @@ PROBE_SHARE = 0.25
 MEASURING_SHARE = 0.03
 #: One sweep of windows (4N + 1 -> N + 1 measurements) on half the dev tokens: screened on the dev sets of
 #: regime A with seed 11 against the default and two other cheap settings (docs/mixing_law.md, "Screening").
-CHEAP_MEASUREMENT = {"mixing_law_sweeps": 1, "dev_batch_tokens": 256}
+CHEAP_MEASUREMENT = {"strategy_settings": {"sweeps": 1}, "dev_batch_tokens": 256}
 
 DEMO_DATA = {  # recipes/demo.yaml
     "corpus_dir": "bundled:multidomain-en-de", "direction": "multi-domain", "source_lang": "en",
@@ -325,7 +325,7 @@ def _mixing_law_cost(setup: str, regime: str, measurement: dict) -> dict:
     from uat_hf.strategies.mixing_law.law import MixingLawSettings
 
     table, n = settings(setup, regime), len(corpus_sizes(setup, regime))
-    law = MixingLawSettings(sweeps=measurement.get("mixing_law_sweeps", MixingLawSettings.sweeps))
+    law = MixingLawSettings(**measurement.get("strategy_settings", {}))
     probe = law.probe_steps(n)
     update_every = table["update_every"]
     while probe > PROBE_SHARE * update_every:
@@ -394,7 +394,7 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
         m = mixing_law_schedule(setup, regime)
         every, tokens = m["fields"]["update_every"], m["fields"]["dev_batch_tokens"]
         settings_note = ("default settings" if "default_cost" not in m else
-                         f"the cheap measurement ({m['fields']['mixing_law_sweeps']} sweep, {tokens} dev tokens per "
+                         f"the cheap measurement ({m['fields']['strategy_settings']['sweeps']} sweep, {tokens} dev tokens per "
                          f"corpus), as the defaults' would cost about {100 * m['default_cost']:.1f} %, above "
                          f"{MEASURING_SHARE:.0%}")
         notes.append(

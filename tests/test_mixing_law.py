@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from uat_hf.cli.parsing import parse_arguments
 from uat_hf.evaluation.plotting import plot_run
 from uat_hf.models.presets import build_model
 from uat_hf.strategies.mixing_law.law import (
@@ -163,27 +164,48 @@ def test_distribution_state_round_trips_mid_phase_and_refuses_a_corrupt_p():
             dict(corrupt, probabilities=[0.5, 0.25, 0.25]))
     other = build_distribution("mixing-law", {"a": 50, "b": 30, "c": 20},
                                settings=MixingLawSettings(window_steps=2, sweeps=1))
-    with pytest.raises(ValueError, match="same mixing_law_"):
+    with pytest.raises(ValueError, match="same mixing-law settings"):
         other.load_state_dict(json.loads(json.dumps(distribution.state_dict())))
 
 
 # ---------------------------------------------------------------------------------------------- settings
 
 
-def test_mixing_law_knobs_are_refused_with_other_strategies_and_checked_with_it(tmp_path):
-    with pytest.raises(ValueError, match=r"mixing_law_eta=0.3 set\(s\) strategy 'mixing-law', but strategy is "
-                                         "'multiuat'"):
-        UATConfig(output_dir=str(tmp_path), strategy="multiuat", mixing_law_eta=0.3)
-    with pytest.raises(ValueError, match="mixing_law_sweeps=2 .* but strategy is 'proportional'"):
-        UATConfig(output_dir=str(tmp_path), mixing_law_sweeps=2)
-    with pytest.raises(ValueError, match=r"mixing_law_factor must be in \(0, 1\], got 0.0"):
-        UATConfig(output_dir=str(tmp_path), strategy="mixing-law", mixing_law_factor=0.0)
-    config = UATConfig(output_dir=str(tmp_path), strategy="mixing-law", mixing_law_ema=0.1, scorer_prior_temperature=2)
-    assert config.is_dynamic and MixingLaw.settings_of(config) == MixingLawSettings(ema=0.1)
+def test_mixing_law_settings_are_refused_with_other_strategies_and_checked_with_it(tmp_path):
+    with pytest.raises(ValueError, match=r"strategy_settings \['eta'\] given, but strategy 'multiuat' has no settings"):
+        UATConfig(output_dir=str(tmp_path), strategy="multiuat", strategy_settings={"eta": 0.3})
+    with pytest.raises(ValueError, match=r"--mixing-law.sweeps sets a setting of strategy 'mixing-law', but strategy "
+                                         "is 'proportional'"):
+        parse_arguments(["--output_dir", str(tmp_path), "--mixing-law.sweeps", "2"])
+    with pytest.raises(ValueError, match=r"mixing-law.factor must be in \(0, 1\], got 0.0"):
+        UATConfig(output_dir=str(tmp_path), strategy="mixing-law", strategy_settings={"factor": 0.0})
+    with pytest.raises(ValueError, match="strategy 'mixing-law' has no setting 'emma'; its settings are window_steps"):
+        UATConfig(output_dir=str(tmp_path), strategy="mixing-law", strategy_settings={"emma": 0.1})
+    config = UATConfig(output_dir=str(tmp_path), strategy="mixing-law", strategy_settings={"ema": 0.1},
+                       scorer_prior_temperature=2)
+    assert config.is_dynamic and MixingLaw.strategy_settings(config) == MixingLawSettings(ema=0.1)
     distribution = config.corpus_distribution({"a": 90, "b": 10})
     assert isinstance(distribution.proposer, MixingLaw)
     assert distribution.proposer.settings == MixingLawSettings(ema=0.1)
     np.testing.assert_allclose(distribution.prior, [0.75, 0.25])  # τ = 2: 3:1
+
+
+def test_a_recipe_or_command_line_with_the_older_flat_names_loads_as_the_settings_with_a_warning(tmp_path):
+    """mixing_law_* were UATConfig fields: a saved run's recipe.yaml that names them still loads (and the run's
+    recipe is saved in the new spelling)."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("corpus_dir: bundled:multidomain-en-de\nsource_lang: en\ntarget_lang: de\n"
+                      "strategy: mixing-law\nmixing_law_sweeps: 1\nmixing_law_eta: 0.5\n")
+    with pytest.warns(FutureWarning, match=r"mixing_law_sweeps \(in recipe .*\) is now a setting of its strategy"):
+        training, *_, saved = parse_arguments(["--config", str(recipe), "--output_dir", str(tmp_path / "out"),
+                                               "--mixing_law_eta=2"])
+    assert training.strategy_settings == {"sweeps": 1, "eta": 2.0}  # the command line wins, typed
+    assert MixingLaw.strategy_settings(training) == MixingLawSettings(sweeps=1, eta=2.0)
+    assert saved.to_dict()["strategy_settings"] == {"sweeps": 1, "eta": 2.0}
+    assert not any(key.startswith("mixing_law_") for key in saved.to_dict())
+    with pytest.warns(FutureWarning, match="--mixing_law_ema is now a setting of its strategy: --mixing-law.ema"), \
+            pytest.raises(ValueError, match="strategy is 'multiuat'"):
+        parse_arguments(["--output_dir", str(tmp_path / "out"), "--strategy", "multiuat", "--mixing_law_ema", "0.1"])
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -202,12 +224,13 @@ def run(corpora, tokenizer, output, resume=None, max_steps=19, **overrides):
     torch.manual_seed(0)
     model = build_model("tiny", tokenizer)
     settings = dict(
-        output_dir=str(output), strategy="mixing-law", mixing_law_window_steps=2, mixing_law_sweeps=1,
+        output_dir=str(output), strategy="mixing-law", strategy_settings={"window_steps": 2, "sweeps": 1},
         update_every=9, max_steps=max_steps, max_tokens=300, learning_rate=2e-3, warmup_steps=2, dev_batch_tokens=200,
         save_strategy="steps", save_steps=10, report_to=[], use_cpu=True, seed=7, disable_tqdm=True,
         logging_steps=100, mix_corpora=True,
     )
     settings.update(overrides)
+    settings["strategy_settings"].update(settings.pop("law", {}))
     trainer = RecordingTrainer(model, UATConfig(**settings), train_corpora=corpora["train"],
                                dev_corpora=corpora["dev"], processing_class=tokenizer)
     trainer.train(resume_from_checkpoint=resume)
@@ -294,7 +317,7 @@ def test_every_batch_of_a_probe_window_comes_from_that_windows_mix(tmp_path, cor
     """Issue 36: the first batch of each window used to be drawn with the previous window's mix (the prefetch lag).
     With factor 1 a window's mix is its corpus alone, so every batch the trainer trains in window m is from order[m];
     and the law is fitted on the shares the windows really drew."""
-    full, history = run(corpora, tokenizer, tmp_path / "run", max_steps=18, mixing_law_factor=1.0, mix_corpora=False,
+    full, history = run(corpora, tokenizer, tmp_path / "run", max_steps=18, law={"factor": 1.0}, mix_corpora=False,
                         save_strategy="no", gradient_accumulation_steps=accumulation)
     record = history[0]["mixing-law"]
     names = full.corpus_distribution.names
@@ -409,14 +432,14 @@ def test_aioli_update_recomputes_p_from_uniform_and_the_new_knobs_are_checked():
     np.testing.assert_allclose(aioli_step(law, 2.0), expected)
     # law_step agrees with it only from a uniform p without anchor (and, over updates, only with ema 0)
     np.testing.assert_allclose(law_step(np.full(2, 0.5), np.full(2, 0.5), law, 2.0, 0.0), expected)
-    with pytest.raises(ValueError, match="mixing_law_update must be one of"):
+    with pytest.raises(ValueError, match="mixing-law.update must be one of"):
         MixingLawSettings(update="aioly")
-    with pytest.raises(ValueError, match="mixing_law_evidence=2.0 needs mixing_law_sweeps >= 2"):
+    with pytest.raises(ValueError, match="mixing-law.evidence=2.0 needs mixing-law.sweeps >= 2"):
         MixingLawSettings(evidence=2.0, sweeps=1)
-    with pytest.raises(ValueError, match="mixing_law_evidence must be >= 0"):
+    with pytest.raises(ValueError, match="mixing-law.evidence must be >= 0"):
         MixingLawSettings(evidence=-1.0)
-    config = UATConfig(output_dir="unused", strategy="mixing-law", mixing_law_update="aioli", mixing_law_evidence=3.0,
-                       seed=5, use_cpu=True)
+    config = UATConfig(output_dir="unused", strategy="mixing-law", strategy_settings={"update": "aioli",
+                       "evidence": 3.0}, seed=5, use_cpu=True)
     assert MixingLaw.knobs(config) == {"settings": MixingLawSettings(update="aioli", evidence=3.0), "seed": 5}
-    with pytest.raises(ValueError, match="mixing_law_update must be one of"):
-        UATConfig(output_dir="unused", strategy="mixing-law", mixing_law_update="aioly", use_cpu=True)
+    with pytest.raises(ValueError, match="mixing-law.update must be one of"):
+        UATConfig(output_dir="unused", strategy="mixing-law", strategy_settings={"update": "aioly"}, use_cpu=True)

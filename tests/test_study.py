@@ -366,9 +366,9 @@ def test_study_recipes_are_current_and_parse():
     for setup, regime in study_recipes.REGIMES:  # issue 26: the dev-loss forwards cost at most 3 % of training
         assert study_recipes.mixing_law_schedule(setup, regime)["cost"] <= study_recipes.MEASURING_SHARE
     training, *_ = cli.parse_arguments(["--config", str(folder / "multidomain-A-mixing-law.yaml")])
-    assert (training.mixing_law_sweeps, training.dev_batch_tokens, training.update_every) == (1, 256, 150)
+    assert (training.strategy_settings, training.dev_batch_tokens, training.update_every) == ({"sweeps": 1}, 256, 150)
     training, *_ = cli.parse_arguments(["--config", str(folder / "multidomain-B-mixing-law.yaml")])
-    assert (training.mixing_law_sweeps, training.dev_batch_tokens) == (None, 512)  # its archive's: the defaults
+    assert (training.strategy_settings, training.dev_batch_tokens) == (None, 512)  # its archive's: the defaults
 
 
 def test_the_archive_packs_deterministically_one_group_at_a_time_and_unpacks_what_changed(tmp_path):

@@ -35,7 +35,7 @@ def main(outdir: str, max_steps: int = 10, save_steps: int | None = None, resume
     dev = first_examples(data["dev"], 8)
     model = seeded_model("tiny", tokenizer)
     args = short_run_config(
-        out, strategy="mixing-law", mixing_law_window_steps=1, mixing_law_sweeps=1, update_every=5,
+        out, strategy="mixing-law", strategy_settings={"window_steps": 1, "sweeps": 1}, update_every=5,
         max_steps=max_steps, max_tokens=200, dev_batch_tokens=200, mix_corpora=True,
         **({"save_strategy": "steps", "save_steps": save_steps} if save_steps else {}),
     )

@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         output_json, argv = argv[at + 1] if at + 1 < len(argv) else "", argv[:at] + argv[at + 2:]
     strict = "--strict" in argv
     argv = [a for a in argv if a != "--strict"]
-    from .train import parse_arguments
+    from .parsing import parse_arguments
 
     set_verbosity(logging.WARNING)  # the table is the command's output (below), the warnings go to stderr
     try:

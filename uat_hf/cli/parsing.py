@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from transformers.hf_argparser import string_to_bool
 
 from ..models.presets import MODEL_PRESETS
 from .recipe import Recipe
+from .strategy_flags import merged_settings, moved_flags, moved_recipe_settings, strategy_flags
 
 __all__ = [
     "CONFIG_FLAG",
@@ -119,7 +119,8 @@ class UATParser(HfArgumentParser):
         refuses raises ``ValueError`` / ``OSError`` for the caller.
         """
         argv = list(sys.argv[1:] if argv is None else argv)
-        argv, dotted = strategy_flags(argv) if self._has("strategy_settings") else (argv, {})
+        settings = self._has("strategy_settings")
+        argv, dotted = strategy_flags(moved_flags(argv)) if settings else (argv, {})
         config = self._config(argv)
         mapping: dict[str, Any] = {}
         if config:
@@ -127,6 +128,9 @@ class UATParser(HfArgumentParser):
             mapping = recipe.to_dict()
             if recipe_fields is not None:
                 mapping = {key: value for key, value in mapping.items() if key in recipe_fields}
+            if settings:
+                mapping, moved = moved_recipe_settings(mapping, f"recipe {recipe.source or config}")
+                dotted = {**moved, **dotted}
             self.set_recipe_defaults(mapping, f"recipe {recipe.source or config}")
         values = vars(self.parse_args(argv))
         values.pop("config", None)
@@ -159,38 +163,6 @@ class UATParser(HfArgumentParser):
         pre = argparse.ArgumentParser(prog=self.prog, usage=self.usage, add_help=False, allow_abbrev=False)
         pre.add_argument(CONFIG_FLAG, default=None)
         return pre.parse_known_args(list(argv))[0].config
-
-
-def strategy_flags(argv: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, str]]]:
-    """``argv`` without its ``--<strategy>.<setting> VALUE`` (or ``=VALUE``) flags, and those: setting → (the
-    strategy they name, the value as text). A strategy's own settings are not fields of any argument class."""
-    rest, settings, i = [], {}, 0
-    while i < len(argv):
-        token = argv[i]
-        name, has_value, value = token[2:].partition("=")
-        if token.startswith("--") and "." in name and not name.startswith("."):
-            owner, _, setting = name.rpartition(".")
-            if not has_value:
-                if i + 1 >= len(argv):
-                    raise ValueError(f"{token} needs a value.")
-                value, i = argv[i + 1], i + 1
-            settings[setting] = (owner, value)
-        else:
-            rest.append(token)
-        i += 1
-    return rest, settings
-
-
-def merged_settings(given: Any, flags: Mapping[str, tuple[str, str]], strategy: str) -> dict[str, Any]:
-    """``strategy_settings`` as the recipe (or ``--strategy_settings``) gives them, then the ``--<strategy>.<setting>``
-    flags, which win; a flag naming another strategy than the run's is refused."""
-    settings = dict(json.loads(given) if isinstance(given, str) else given or {})
-    for setting, (owner, value) in flags.items():
-        if owner not in ("strategy", strategy, strategy.split("-")[0]):
-            raise ValueError(f"--{owner}.{setting} sets a setting of strategy {owner!r}, but strategy is "
-                             f"{strategy!r}: write --{strategy}.{setting} (or --strategy.{setting}).")
-        settings[setting] = value
-    return settings
 
 
 def argument_classes() -> tuple[type, ...]:
@@ -248,6 +220,20 @@ def command_line_level(training_args: Any) -> int:
     if training_args.log_level == "passive" and training_args.should_log:
         return logging.INFO
     return training_args.get_process_log_level()
+
+
+def parse_arguments(argv: Sequence[str] | None = None):
+    """``argv`` (with an optional ``--config``) → ``(UATConfig, DataArguments, ModelArguments, RunArguments, recipe)``
+    where ``recipe`` is what the run needs to be repeated: the fields that differ from their defaults (recipe
+    values plus command-line overrides), local paths made absolute (:func:`portable_paths`).
+    ``--help`` lists our fields without importing torch, ``--help-all`` the Trainer's too (both exit)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    exit_on_help(argv, make_help_parser, make_parser)
+    (training, data, model, run_args), effective = make_parser().parse(argv)
+    if effective.get("strategy", training.strategy) != training.strategy:  # a variant (multiuat-entsent): save the
+        variant = training.strategy_class.variant_field                     # two fields it stands for
+        effective.update({"strategy": training.strategy, variant: getattr(training, variant)})
+    return training, data, model, run_args, Recipe(portable_paths(effective))
 
 
 def exit_on_help(argv: Sequence[str], short: Callable[[], argparse.ArgumentParser],

@@ -36,7 +36,6 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..utils.checkpoints import (
     BALANCING_STATE_FILE,
@@ -50,12 +49,9 @@ from ..utils.checkpoints import (
 )
 from ..utils.logging import set_verbosity
 from .arguments import DataArguments, ModelArguments
-from .parsing import command_line_level, exit_on_help, make_help_parser, make_parser, portable_paths
+from .parsing import command_line_level, parse_arguments
 from .recipe import Recipe
 from .run_arguments import RunArguments
-
-if TYPE_CHECKING:
-    pass
 
 # torch, datasets and transformers' Trainer are imported by the functions that use them, so that ``uat-train --help``
 # (and a bad recipe) answers without loading them.
@@ -63,23 +59,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 #: The folder of output_dir that holds the final evaluation's translations, <corpus>.txt (as uat-evaluate's).
 HYPOTHESES_DIR = "hypotheses"
-
-# --------------------------------------------------------------------------------------------- arguments
-
-
-def parse_arguments(argv: Sequence[str] | None = None):
-    """``argv`` (with an optional ``--config``) → ``(UATConfig, DataArguments, ModelArguments, RunArguments, recipe)``
-    where ``recipe`` is what the run needs to be repeated: the fields that differ from their defaults (recipe
-    values plus command-line overrides), local paths made absolute (:func:`~uat_hf.cli.parsing.portable_paths`).
-    ``--help`` lists our fields without importing torch, ``--help-all`` the Trainer's too (both exit)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    exit_on_help(argv, make_help_parser, make_parser)
-    (training, data, model, run_args), effective = make_parser().parse(argv)
-    if effective.get("strategy", training.strategy) != training.strategy:  # a variant (multiuat-entsent): save the
-        variant = training.strategy_class.variant_field                     # two fields it stands for
-        effective.update({"strategy": training.strategy, variant: getattr(training, variant)})
-    return training, data, model, run_args, Recipe(portable_paths(effective))
-
 
 # --------------------------------------------------------------------------------------------- main
 

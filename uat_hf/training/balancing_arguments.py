@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..strategies.mixing_law.law import MixingLawSettings
 from ..strategies.multiuat.measure_names import MEASURES, RELEASED_CODE_MEASURES
 from ..strategies.registry import available_strategies
 
@@ -19,11 +18,19 @@ __all__ = [
     "MC_BATCH_MODES",
     "MEASURES",
     "RELEASED_CODE_MEASURES",
+    "MOVED_SETTINGS",
     "BalancingArguments",
 ]
 
 MC_BATCH_MODES = ("auto", "loop", "replicate")
 DEFAULT_MEASURE = "enteos"
+#: Fields that were ``UATConfig``'s and are now a strategy's own settings: old name → (strategy, setting). A recipe
+#: or command line that still names one is read as that setting, with a warning (a saved run's recipe.yaml stays
+#: loadable); ``UATConfig(...)`` no longer takes them.
+MOVED_SETTINGS: dict[str, tuple[str, str]] = {
+    f"mixing_law_{name}": ("mixing-law", name)
+    for name in ("window_steps", "sweeps", "factor", "eta", "ema", "anchor", "update", "evidence")
+}
 
 
 @dataclass
@@ -147,49 +154,6 @@ class BalancingArguments:
         default=False,
         metadata={"help": "MultiDDS-S: a fresh train batch for every (dev, train) corpus pair, as both reference "
                   "codes (N + N² gradient passes per update instead of 2N; see docs/multidds.md)."},
-    )
-    mixing_law_window_steps: int | None = field(
-        default=None,
-        metadata={"help": f"mixing-law: training steps per probe window (default "
-                  f"{MixingLawSettings.window_steps}; Aioli: 6)."},
-    )
-    mixing_law_sweeps: int | None = field(
-        default=None,
-        metadata={"help": f"mixing-law: probe sweeps over the corpora per update, alternately in a seeded random "
-                  f"order and its reverse (default {MixingLawSettings.sweeps}; Aioli: 4). Dev-loss forwards per "
-                  "update: (sweeps × N + 1) × N dev batches."},
-    )
-    mixing_law_factor: float | None = field(
-        default=None,
-        metadata={"help": f"mixing-law: share of the batch a probe window moves to its corpus (default "
-                  f"{MixingLawSettings.factor}, Aioli's one-hot factor)."},
-    )
-    mixing_law_eta: float | None = field(
-        default=None,
-        metadata={"help": f"mixing-law: η of the update p ∝ p·exp(η Σ_i A_ij) (default {MixingLawSettings.eta})."},
-    )
-    mixing_law_ema: float | None = field(
-        default=None,
-        metadata={"help": f"mixing-law: weight of the previous smoothed law A in its EMA (default "
-                  f"{MixingLawSettings.ema}; 0: the newest law only)."},
-    )
-    mixing_law_anchor: float | None = field(
-        default=None,
-        metadata={"help": f"mixing-law: pull of log p back toward the log prior at each update (default "
-                  f"{MixingLawSettings.anchor}; 0: none, as Aioli). Used by mixing_law_update 'anchored' only."},
-    )
-    mixing_law_update: str | None = field(
-        default=None,
-        metadata={"help": "mixing-law: how the law moves p: 'anchored' (multiplicative from p, pulled toward the "
-                  f"prior; "
-                  f"default {MixingLawSettings.update!r}) or 'aioli' (Aioli's scripts: p ∝ exp(η Σ_i A_ij) from "
-                  "uniform every round)."},
-    )
-    mixing_law_evidence: float | None = field(
-        default=None,
-        metadata={"help": f"mixing-law: k of the evidence gate: each centred column sum of the fitted law shrinks "
-                  f"toward 0 by k standard errors (from the fit's residuals; needs mixing_law_sweeps >= 2). "
-                  f"Default {MixingLawSettings.evidence}: no gate."},
     )
     corpus_health_checks: int = field(
         default=3,

@@ -59,7 +59,8 @@ UPDATES = ("anchored", "aioli")
 
 @dataclass(frozen=True)
 class MixingLawSettings:
-    """The knobs of strategy ``mixing-law`` (``UATConfig.mixing_law_*``); see docs/mixing_law.md."""
+    """The settings of strategy ``mixing-law`` (its ``settings_class``: ``strategy_settings`` in a recipe or
+    ``UATConfig``, ``--mixing-law.<name>`` on the command line); see docs/mixing_law.md."""
 
     window_steps: int = 3  #: training steps per probe window (Aioli's lp_steps: 6)
     sweeps: int = 2  #: passes over the corpora per update, alternately forward and reversed (Aioli's lp_rounds: 4)
@@ -75,21 +76,21 @@ class MixingLawSettings:
     def __post_init__(self) -> None:
         for name in ("window_steps", "sweeps"):
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"mixing_law_{name} must be >= 1, got {getattr(self, name)}.")
+                raise ValueError(f"mixing-law.{name} must be >= 1, got {getattr(self, name)}.")
         if not 0 < self.factor <= 1:
-            raise ValueError(f"mixing_law_factor must be in (0, 1], got {self.factor}.")
+            raise ValueError(f"mixing-law.factor must be in (0, 1], got {self.factor}.")
         if not self.eta >= 0:
-            raise ValueError(f"mixing_law_eta must be >= 0, got {self.eta}.")
+            raise ValueError(f"mixing-law.eta must be >= 0, got {self.eta}.")
         if self.update not in UPDATES:
-            raise ValueError(f"mixing_law_update must be one of {list(UPDATES)}, got {self.update!r}.")
+            raise ValueError(f"mixing-law.update must be one of {list(UPDATES)}, got {self.update!r}.")
         if not self.evidence >= 0:
-            raise ValueError(f"mixing_law_evidence must be >= 0, got {self.evidence}.")
+            raise ValueError(f"mixing-law.evidence must be >= 0, got {self.evidence}.")
         if self.evidence > 0 and int(self.sweeps) < 2:
-            raise ValueError(f"mixing_law_evidence={self.evidence} needs mixing_law_sweeps >= 2 (its standard errors "
+            raise ValueError(f"mixing-law.evidence={self.evidence} needs mixing-law.sweeps >= 2 (its standard errors "
                              f"come from the fit's residuals), got {self.sweeps}.")
         for name in ("ema", "anchor"):
             if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"mixing_law_{name} must be in [0, 1), got {getattr(self, name)}.")
+                raise ValueError(f"mixing-law.{name} must be in [0, 1), got {getattr(self, name)}.")
 
     def windows(self, num_corpora: int) -> int:
         return self.sweeps * num_corpora

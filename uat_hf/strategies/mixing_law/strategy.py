@@ -16,8 +16,8 @@ on the shares each window really trained on.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields
-from typing import Any, ClassVar
+from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 
@@ -39,22 +39,19 @@ from .law import (
 
 __all__ = ["MixingLaw"]
 
-_PREFIX = "mixing_law_"
-
-
 class MixingLaw(BalancingStrategy):
     """The state of strategy ``mixing-law``: its settings, the smoothed law A and the probe phase in progress.
 
     Args:
         names, prior: as :class:`~uat_hf.strategies.base.BalancingStrategy`; every prior value must be > 0 (the
             update works on log p).
-        settings: the ``mixing_law_*`` knobs (defaults: :class:`MixingLawSettings`).
+        settings: its :class:`MixingLawSettings` (defaults when ``None``).
     """
 
     learned_by = "its mixing law"
-    step_setting = "mixing_law_eta"
+    step_setting = "mixing-law.eta"
     plans_step_mixes = True
-    config_fields: ClassVar[tuple[str, ...]] = tuple(_PREFIX + f.name for f in fields(MixingLawSettings))
+    settings_class = MixingLawSettings
 
     def __init__(self, names: Sequence[str], prior: Sequence[float], *,
                  settings: MixingLawSettings | None = None, seed: int = 0) -> None:
@@ -72,18 +69,8 @@ class MixingLaw(BalancingStrategy):
         self.fitted_through = 0  # the step of the last fitted phase's end: a replay's older steps are not kept
 
     @classmethod
-    def settings_of(cls, config: Any) -> MixingLawSettings:
-        """The given ``mixing_law_*`` values of ``config``, the defaults otherwise (validated)."""
-        return MixingLawSettings(**{name[len(_PREFIX):]: getattr(config, name) for name in cls.config_fields
-                                    if getattr(config, name) is not None})
-
-    @classmethod
     def knobs(cls, config: Any) -> dict[str, Any]:
-        return {"settings": cls.settings_of(config), "seed": int(getattr(config, "seed", 0) or 0)}
-
-    @classmethod
-    def check_config(cls, config: Any) -> None:
-        cls.settings_of(config)
+        return {"settings": cls.strategy_settings(config), "seed": int(getattr(config, "seed", 0) or 0)}
 
     @classmethod
     def build_reward(cls, config: Any, model: Any, tokenizer: Any = None, accelerator: Any = None) -> Any:
@@ -99,10 +86,10 @@ class MixingLaw(BalancingStrategy):
         steps = self.settings.probe_steps(len(self.names))
         if steps >= update_every:
             raise ValueError(
-                f"The mixing-law probe windows take {steps} steps per update (mixing_law_sweeps={self.settings.sweeps}"
-                f" × {len(self.names)} corpora × mixing_law_window_steps={self.settings.window_steps}), not fewer "
-                f"than update_every={update_every}. Raise update_every or lower mixing_law_sweeps / "
-                "mixing_law_window_steps."
+                f"The mixing-law probe windows take {steps} steps per update (mixing-law.sweeps={self.settings.sweeps}"
+                f" × {len(self.names)} corpora × mixing-law.window_steps={self.settings.window_steps}), not fewer "
+                f"than update_every={update_every}. Raise update_every or lower mixing-law.sweeps / "
+                "mixing-law.window_steps."
             )
 
     # ------------------------------------------------------------------ updates
@@ -218,7 +205,7 @@ class MixingLaw(BalancingStrategy):
     def load_state_dict(self, state: Mapping[str, Any] | None, p: np.ndarray, updated: bool) -> None:
         if MixingLawSettings(**state["settings"]) != self.settings:
             raise ValueError(f"The checkpoint's mixing-law settings are {state['settings']}, this run's "
-                             f"{asdict(self.settings)}; resume with the same mixing_law_* settings.")
+                             f"{asdict(self.settings)}; resume with the same mixing-law settings.")
         phase = None if state["phase"] is None else ProbePhase(**state["phase"])
         windows = sorted(list(range(len(self.names))) * self.settings.sweeps)
         if phase is not None and (sorted(phase.order) != windows or not 1 <= len(phase.losses) <= len(windows)):
