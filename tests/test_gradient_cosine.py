@@ -251,15 +251,17 @@ def test_settings_are_checked(corpora, tokenizer, tiny_model):
 def test_trainer_with_multidds_s_records_the_cosine_matrix(tmp_path, corpora, tokenizer, tiny_model, per_pair):
     args = UATConfig(
         output_dir=str(tmp_path / "out"), strategy="multidds-s", max_steps=4, update_every=2, max_tokens=300,
-        learning_rate=3e-3, dev_batch_tokens=200, dds_train_batch_tokens=200, scorer_lr=0.05, scorer_steps=20,
+        learning_rate=3e-3, dev_batch_tokens=200, scorer_lr=0.05, scorer_steps=20,
         report_to=[], save_strategy="no", logging_steps=100, use_cpu=True, seed=0, disable_tqdm=True,
-        label_smoothing_factor=0.1, dds_per_pair_train_batches=per_pair,
+        label_smoothing_factor=0.1,
+        strategy_settings={"train_batch_tokens": 200, "per_pair_train_batches": per_pair},
     )
     trainer = UATTrainer(tiny_model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
                          processing_class=tokenizer)
     reward = trainer.balancing.reward
     assert isinstance(reward, GradientCosineReward)
     assert (reward.per_pair_train_batches, reward.label_smoothing, reward.dropout) == (per_pair, 0.1, False)
+    assert reward.train_batch_tokens == 200
     assert trainer.train().global_step == 4
     records = [json.loads(line) for line in (tmp_path / "out" / HISTORY_FILE).read_text().splitlines()]
     assert [r["step"] for r in records] == [2, 4]

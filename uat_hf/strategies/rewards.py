@@ -33,7 +33,9 @@ STATISTICS_ELEMENTS = 1 << 24
 class BalancingReward:
     """Interface of a reward: per-rank partial sums, then one finishing step identical on every rank."""
 
+    #: Whether the callback draws fresh train batches for :meth:`compute`, and their target tokens per corpus.
     needs_train_batches: bool = False
+    train_batch_tokens: int = 1024
 
     def compute(
         self,

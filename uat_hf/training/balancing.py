@@ -122,7 +122,6 @@ def attach_balancing(
         collate_fn=measuring_collator(trainer) if reward is not None else None,
         update_every=config.update_every,
         dev_batch_tokens=config.dev_batch_tokens,
-        train_batch_tokens=config.dds_train_batch_tokens,
         seed=seed,
         accelerator=trainer.accelerator,
         allow_inexact_resume=config.allow_inexact_resume,

@@ -28,8 +28,9 @@ DEFAULT_MEASURE = "enteos"
 #: or command line that still names one is read as that setting, with a warning (a saved run's recipe.yaml stays
 #: loadable); ``UATConfig(...)`` no longer takes them.
 MOVED_SETTINGS: dict[str, tuple[str, str]] = {
-    f"mixing_law_{name}": ("mixing-law", name)
-    for name in ("window_steps", "sweeps", "factor", "eta", "ema", "anchor", "update", "evidence")
+    **{f"mixing_law_{name}": ("mixing-law", name)
+       for name in ("window_steps", "sweeps", "factor", "eta", "ema", "anchor", "update", "evidence")},
+    **{f"dds_{name}": ("multidds-s", name) for name in ("train_batch_tokens", "dropout", "per_pair_train_batches")},
 }
 
 
@@ -141,19 +142,6 @@ class BalancingArguments:
             "help": "How the K MC-dropout passes run: 'loop' (K forward passes), 'replicate' (the batch repeated "
             "K times along the batch axis, in memory-bounded chunks) or 'auto' (replicate on GPU, loop on CPU)."
         },
-    )
-    dds_train_batch_tokens: int = field(
-        default=1024, metadata={"help": "MultiDDS-S: target tokens of the fresh train batch per corpus."}
-    )
-    dds_dropout: bool = field(
-        default=False,
-        metadata={"help": "MultiDDS-S: take the gradients with dropout on, as multiDDS does (default: eval mode, as "
-                  "MultiUAT's baseline)."},
-    )
-    dds_per_pair_train_batches: bool = field(
-        default=False,
-        metadata={"help": "MultiDDS-S: a fresh train batch for every (dev, train) corpus pair, as both reference "
-                  "codes (N + N² gradient passes per update instead of 2N; see docs/multidds.md)."},
     )
     corpus_health_checks: int = field(
         default=3,

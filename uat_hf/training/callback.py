@@ -79,8 +79,8 @@ class CorpusBalancingCallback(TrainerCallback):
         sub_batch_tokens: padded-token cap of one forward pass during measurement.
         seed: must be the same on every rank.
         accelerator: the Trainer's ``accelerate.Accelerator`` (for the all-reduce); ``None`` on one process.
-        train_corpora: tokenized training corpora, needed only by MultiDDS-S for its fresh train batches.
-        train_batch_tokens: target tokens of each MultiDDS-S train batch.
+        train_corpora: tokenized training corpora, needed only by a reward that draws fresh train batches
+            (MultiDDS-S: ``needs_train_batches``, of its ``train_batch_tokens``).
         allow_inexact_resume: resume from a checkpoint without the balancing state (the sampler restarts its
             epoch and the distribution its prior, so the run no longer continues the same sequence) instead
             of refusing it.
@@ -101,7 +101,6 @@ class CorpusBalancingCallback(TrainerCallback):
         seed: int = 0,
         accelerator: Any = None,
         train_corpora: Mapping[str, Any] | None = None,
-        train_batch_tokens: int = 1024,
         allow_inexact_resume: bool = False,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
@@ -114,7 +113,6 @@ class CorpusBalancingCallback(TrainerCallback):
         self.seed = int(seed)
         self.accelerator = accelerator
         self.collate_fn = collate_fn
-        self.train_batch_tokens = int(train_batch_tokens)
         self.allow_inexact_resume = bool(allow_inexact_resume)
         self.settings = dict(settings or {})
         #: Checkpoint folder to restore from at the start of training; when unset and the Trainer resumes,
@@ -293,8 +291,8 @@ class CorpusBalancingCallback(TrainerCallback):
 
         def draw(j: int, key: int | tuple[int, int], purpose: int) -> list[dict]:
             n = names[j]
-            return self._token_batches(self.train_corpora[n], self._train_lengths[n], self.train_batch_tokens, key,
-                                       purpose)
+            return self._token_batches(self.train_corpora[n], self._train_lengths[n], self.reward.train_batch_tokens,
+                                       key, purpose)
 
         if not getattr(self.reward, "per_pair_train_batches", False):
             return [draw(j, j, 1) for j in range(len(names))]

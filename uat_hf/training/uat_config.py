@@ -78,7 +78,6 @@ NUMBER_RULES = (
     NumberRule("scorer_steps", 1),
     NumberRule("scorer_lr", 0),
     NumberRule("dev_batch_tokens", 1),
-    NumberRule("dds_train_batch_tokens", 1),
     NumberRule("mix_pool_batches", 1),
     NumberRule("max_tokens", 1, optional=True),
     NumberRule("corpus_health_checks", 0),

@@ -141,6 +141,7 @@ class GradientCosineReward(BalancingReward):
         dropout: bool = False,
         label_smoothing: float = 0.0,
         per_pair_train_batches: bool = False,
+        train_batch_tokens: int = 1024,
         language_code_ids: Collection[int] = (),
     ) -> None:
         if dev_sharing not in DEV_SHARING:
@@ -153,6 +154,10 @@ class GradientCosineReward(BalancingReward):
         self.label_smoothing = label_smoothing
         #: The callback reads this to pass ``train_batches[i][j]`` (dev i, train j) instead of ``train_batches[j]``.
         self.per_pair_train_batches = bool(per_pair_train_batches)
+        if not int(train_batch_tokens) >= 1:
+            raise ValueError(f"train_batch_tokens must be >= 1, got {train_batch_tokens}.")
+        #: The callback draws each fresh train batch with this many target tokens.
+        self.train_batch_tokens = int(train_batch_tokens)
         self.language_code_ids = frozenset(int(i) for i in language_code_ids)
 
     def check_model(self, model: nn.Module, accelerator: Any = None) -> None:
