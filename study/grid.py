@@ -393,8 +393,9 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
     if strategy == "mixing-law":
         m = mixing_law_schedule(setup, regime)
         every, tokens = m["fields"]["update_every"], m["fields"]["dev_batch_tokens"]
+        sweeps = m["fields"].get("strategy_settings", {}).get("sweeps")
         settings_note = ("default settings" if "default_cost" not in m else
-                         f"the cheap measurement ({m['fields']['strategy_settings']['sweeps']} sweep, {tokens} dev tokens per "
+                         f"the cheap measurement ({sweeps} sweep, {tokens} dev tokens per "
                          f"corpus), as the defaults' would cost about {100 * m['default_cost']:.1f} %, above "
                          f"{MEASURING_SHARE:.0%}")
         notes.append(

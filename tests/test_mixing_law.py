@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict, fields
 
 import numpy as np
 import pytest
@@ -172,7 +173,7 @@ def test_distribution_state_round_trips_mid_phase_and_refuses_a_corrupt_p():
 
 
 def test_mixing_law_settings_are_refused_with_other_strategies_and_checked_with_it(tmp_path):
-    with pytest.raises(ValueError, match=r"strategy_settings \['eta'\] given, but strategy 'multiuat' has no settings"):
+    with pytest.raises(ValueError, match=r"strategy_settings \['eta'\] given, but strategy 'multiuat' has no "):
         UATConfig(output_dir=str(tmp_path), strategy="multiuat", strategy_settings={"eta": 0.3})
     with pytest.raises(ValueError, match=r"--mixing-law.sweeps sets a setting of strategy 'mixing-law', but strategy "
                                          "is 'proportional'"):
@@ -188,6 +189,15 @@ def test_mixing_law_settings_are_refused_with_other_strategies_and_checked_with_
     assert isinstance(distribution.proposer, MixingLaw)
     assert distribution.proposer.settings == MixingLawSettings(ema=0.1)
     np.testing.assert_allclose(distribution.prior, [0.75, 0.25])  # τ = 2: 3:1
+
+
+def test_the_settings_object_itself_is_accepted_as_peft_takes_its_configs(tmp_path):
+    config = UATConfig(output_dir=str(tmp_path), strategy="mixing-law", strategy_settings=MixingLawSettings(sweeps=1))
+    assert MixingLaw.strategy_settings(config) == MixingLawSettings(sweeps=1)
+    assert config.strategy_settings == asdict(MixingLawSettings(sweeps=1))  # in full, as a recipe can hold it
+    with pytest.raises(ValueError, match="strategy_settings is a MixingLawSettings, but strategy 'multidds-s' takes "
+                                         "MultiDDSSettings"):
+        UATConfig(output_dir=str(tmp_path), strategy="multidds-s", strategy_settings=MixingLawSettings())
 
 
 def test_a_recipe_or_command_line_with_the_older_flat_names_loads_as_the_settings_with_a_warning(tmp_path):
@@ -254,6 +264,15 @@ def test_a_run_killed_inside_a_probe_window_resumes_exactly(tmp_path, corpora, t
 
     partial_dir = tmp_path / "partial"
     shutil.copytree(tmp_path / "full" / "checkpoint-10", partial_dir / "checkpoint-10")
+    # as a checkpoint saved before the settings left UATConfig holds them: flat mixing_law_* fields, None a default
+    state_file = partial_dir / "checkpoint-10" / BALANCING_STATE_FILE
+    state = json.loads(state_file.read_text())
+    assert state["settings"].pop("strategy_settings") == asdict(MixingLawSettings(window_steps=2, sweeps=1))
+    state["settings"].update({f"mixing_law_{f.name}": None for f in fields(MixingLawSettings)},
+                             mixing_law_window_steps=2, mixing_law_sweeps=1)
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=r"with strategy_settings=.*'eta': 1.0.* \(this run gives .*'eta': 0.5"):
+        run(corpora, tokenizer, partial_dir, resume=True, law={"eta": 0.5})
     resumed, resumed_history = run(corpora, tokenizer, partial_dir, resume=True)
 
     assert resumed.trained_batches == full.trained_batches[10:]

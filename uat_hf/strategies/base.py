@@ -82,10 +82,17 @@ class BalancingStrategy:
 
     @classmethod
     def strategy_settings(cls, config: Any) -> Any:
-        """The :attr:`settings_class` instance ``config.strategy_settings`` gives (defaults for what it leaves out;
-        command-line strings converted to the fields' types); an unknown setting is refused, naming the known."""
-        given = dict(getattr(config, "strategy_settings", None) or {})
+        """The :attr:`settings_class` instance ``config.strategy_settings`` gives: that instance itself, or from a
+        mapping (defaults for what it leaves out; command-line strings converted to the fields' types); an unknown
+        setting is refused, naming the known."""
+        raw = getattr(config, "strategy_settings", None)
         owner = cls.registered_name or getattr(config, "strategy", None) or cls.__name__
+        if dataclasses.is_dataclass(raw) and not isinstance(raw, type):  # the settings object itself (as peft's)
+            if cls.settings_class is None or not isinstance(raw, cls.settings_class):
+                takes = cls.settings_class.__name__ if cls.settings_class else "no settings"
+                raise ValueError(f"strategy_settings is a {type(raw).__name__}, but strategy {owner!r} takes {takes}.")
+            return raw
+        given = dict(raw or {})
         if cls.settings_class is None:
             if given:
                 raise ValueError(f"strategy_settings {sorted(given)} given, but strategy {owner!r} has no settings of "

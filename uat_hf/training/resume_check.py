@@ -16,12 +16,13 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 from ..sampling.distribution import CorpusDistribution
+from ..strategies.registry import get_strategy
 from ..utils.checkpoints import BALANCING_STATE_FILE, HISTORY_FILE, HistoryFile
-from .balancing_arguments import BalancingArguments
+from .balancing_arguments import MOVED_SETTINGS, BalancingArguments
 
 # 2: the distribution saved in one piece; 3: without its history (balancing_history.jsonl has it); 4: the
 # distribution's p is the strategy's (not a probe mix), the strategy's own state beside it (and, since 4 too,
@@ -40,11 +41,30 @@ FIXED_ON_RESUME = tuple(f.name for f in fields(BalancingArguments) if f.name not
 
 def resume_settings(config: Any) -> dict[str, Any]:
     """The :data:`FIXED_ON_RESUME` values of ``config`` (a ``UATConfig``), as JSON would hold them; the
-    corpus-health checks' settings too when a suspect corpus is set aside (the checks then change p)."""
+    corpus-health checks' settings too when a suspect corpus is set aside (the checks then change p). The
+    strategy's own settings count in full (defaults included), so that a setting given at its default and one
+    left out are the same run."""
     names = FIXED_ON_RESUME
     if getattr(config, "corpus_health_action", "warn") != "warn":
         names += ("corpus_health_checks", "corpus_health_tokens")
-    return {name: _plain(getattr(config, name, None)) for name in names}
+    settings = {name: _plain(getattr(config, name, None)) for name in names}
+    strategy = getattr(config, "strategy_class", None)
+    if strategy is not None and strategy.settings_class is not None:
+        settings["strategy_settings"] = _plain(asdict(strategy.strategy_settings(config)))
+    return settings
+
+
+def _moved_into_strategy_settings(saved: Mapping[str, Any], strategy: str) -> dict[str, Any]:
+    """The settings a checkpoint saved before its strategy's own settings left ``UATConfig``
+    (:data:`MOVED_SETTINGS`: flat fields, ``None`` for a default), in today's form: ``strategy_settings`` in full."""
+    cls = get_strategy(strategy)
+    if cls.settings_class is None or not any(name in saved for name in MOVED_SETTINGS):
+        return dict(saved)
+    given = {setting: saved[old] for old, (owner, setting) in MOVED_SETTINGS.items()
+             if owner == strategy and saved.get(old) is not None}
+    settings = {name: value for name, value in saved.items() if name not in MOVED_SETTINGS}
+    settings["strategy_settings"] = _plain(asdict(cls.settings_class(**given)))
+    return settings
 
 
 def read_state(folder: str) -> dict[str, Any]:
@@ -85,7 +105,7 @@ def check_resume(folder: str, *, strategy: str, names: Sequence[str], settings: 
                          f"{list(names)}; resume with the same corpora in the same order, or start a new run in "
                          "another output_dir.")
     differ = [f"{name}={value!r} (this run gives {settings.get(name)!r})"
-              for name, value in (state.get("settings") or {}).items()
+              for name, value in _moved_into_strategy_settings(state.get("settings") or {}, strategy).items()
               if name in settings and not _same(value, settings[name])]
     if differ:
         raise ValueError(f"The checkpoint {folder!r} was trained with {'; '.join(differ)}: the resumed run would "

@@ -7,6 +7,7 @@ Trainer's own arguments (the TRL convention: ``<method>_config.py`` beside ``<me
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -141,8 +142,10 @@ class UATConfig(BalancingArguments, Seq2SeqTrainingArguments):
             raise ValueError(f"scorer_prior_fit must be one of {', '.join(PRIOR_FITS)}, got "
                              f"{self.scorer_prior_fit!r}.")
         settings = strategy.strategy_settings(self)  # known to the strategy, of the right types
-        if settings is not None and self.strategy_settings:  # the given ones, typed (command-line text converted)
-            self.strategy_settings = {name: getattr(settings, name) for name in self.strategy_settings}
+        if settings is not None and self.strategy_settings:  # the given ones, typed (command-line text converted);
+            given = self.strategy_settings                   # a settings object, in full
+            names = given if isinstance(given, dict) else [f.name for f in dataclasses.fields(settings)]
+            self.strategy_settings = {name: getattr(settings, name) for name in names}
         strategy.check_config(self)  # the strategy's own knobs (a static prior's: hand-given probabilities or none)
         from ..evaluation.metrics import check_corpus_metrics  # sacreBLEU: not imported for --help
 
