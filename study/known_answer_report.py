@@ -15,7 +15,7 @@ import statistics
 
 from grid import BROKEN_CORPUS, KNOWN_ANSWER, NOISE_ORACLE_SHARES, fixed_prior
 from noise import KINDS
-from stats import detectable, mean_sd, num
+from stats import mean_sd, num, verdicts
 
 from uat_hf.evaluation.history import load_history
 from uat_hf.sampling.priors import temperature_prior
@@ -101,21 +101,29 @@ def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[s
     lines = [f"### Known answer ({setup})", "",
              f"{why}. {said}. Intact corpora: {', '.join(intact)}. Δ is the "
              f"paired difference from {baseline} (or from the oracle) of the same seed in the macro BLEU over the "
-             "intact corpora, with the smallest Δ a two-sided paired t-test over the seeds detects (α = 0.05); "
-             "\"of oracle's Δ\" is the share of the oracle's mean Δ over the same seeds that a strategy recovers.",
-             "", "| strategy | seeds | BLEU, all | BLEU, intact | chrF, all | chrF, intact | Δ intact BLEU | smallest "
-             "detectable | verdict | of oracle's Δ | Δ from the oracle | smallest detectable | verdict |",
-             "|---" * 13 + "|"]
+             "intact corpora; p is a two-sided paired t-test over the seeds, Holm-corrected across the table's "
+             "tests against the same reference (a verdict needs p < 0.05); \"detectable\" is the smallest true Δ "
+             "that test finds with 80 % power; \"of oracle's Δ\" is the share of the oracle's mean Δ over the same "
+             "seeds that a strategy recovers.",
+             "", "| strategy | seeds | BLEU, all | BLEU, intact | chrF, all | chrF, intact | Δ intact BLEU | p (Holm) "
+             "| detectable | verdict | of oracle's Δ | Δ from the oracle | p (Holm) | detectable | verdict |",
+             "|---" * 15 + "|"]
     base = {r.seed: macro(r, intact, "bleu") for r in runs if r.strategy == baseline}
     at_oracle = {r.seed: macro(r, intact, "bleu") for r in runs if r.strategy == "oracle"}
     best, best_score, moves = None, None, []
-    for strategy in strategies:
-        mine = sorted((r for r in runs if r.strategy == strategy), key=lambda r: r.seed)
-        scores = [macro(r, intact, "bleu") for r in mine]
-        deltas = [score - base[r.seed] for r, score in zip(mine, scores) if r.seed in base]
-        verdict, mean_delta, smallest = _verdict(deltas) if strategy != baseline else ("(baseline)", None, None)
-        from_oracle = [score - at_oracle[r.seed] for r, score in zip(mine, scores) if r.seed in at_oracle]
-        o_verdict, o_delta, o_smallest = _verdict(from_oracle) if strategy != "oracle" else ("–", None, None)
+    ordered = [sorted((r for r in runs if r.strategy == strategy), key=lambda r: r.seed) for strategy in strategies]
+    scored = [[macro(r, intact, "bleu") for r in mine] for mine in ordered]
+
+    def differences(reference: dict[int, float], skip: str) -> list:
+        """One family: each strategy's paired differences from ``reference`` (none for ``skip`` itself)."""
+        return verdicts([[] if strategy == skip else [score - reference[r.seed] for r, score in zip(mine, scores)
+                                                       if r.seed in reference]
+                         for strategy, mine, scores in zip(strategies, ordered, scored)])
+
+    for strategy, mine, scores, (verdict, mean_delta, p, smallest), (o_verdict, o_delta, o_p, o_smallest) in zip(
+            strategies, ordered, scored, differences(base, baseline), differences(at_oracle, "oracle")):
+        verdict = "(baseline)" if strategy == baseline else verdict
+        o_verdict = "–" if strategy == "oracle" else o_verdict
         # the oracle's gain over the same seeds, so that a strategy with fewer seeds is not compared with others
         paired = [(score - base[r.seed], at_oracle[r.seed] - base[r.seed]) for r, score in zip(mine, scores)
                   if r.seed in base and r.seed in at_oracle]
@@ -125,8 +133,8 @@ def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[s
         lines.append(f"| {strategy} | {len(mine)} | {mean_sd([r.results['mean']['bleu'] for r in mine])} | "
                      f"{mean_sd(scores)} | {mean_sd([r.results['mean']['chrf'] for r in mine])} | "
                      f"{mean_sd([macro(r, intact, 'chrf') for r in mine])} | {num(mean_delta, '+.2f')} | "
-                     f"{num(smallest)} | {verdict} | {num(recovered, '.0%')} | {num(o_delta, '+.2f')} | "
-                     f"{num(o_smallest)} | {o_verdict} |")
+                     f"{num(p, '.3f')} | {num(smallest)} | {verdict} | {num(recovered, '.0%')} | "
+                     f"{num(o_delta, '+.2f')} | {num(o_p, '.3f')} | {num(o_smallest)} | {o_verdict} |")
         moves.append(_p_row(strategy, mine, broken, oracle))
         if scores and (best_score is None or statistics.mean(scores) > best_score):
             best, best_score = strategy, statistics.mean(scores)
@@ -171,13 +179,3 @@ def _mixes(run, history: list[dict] | None) -> list[dict[str, float]]:
         p = final_p(run, history)
         return [p] if p is not None else []
     return [_prior(history)] + [r["probabilities"] for r in history if r["step"] > 0]
-
-
-def _verdict(deltas: list[float]) -> tuple[str, float | None, float | None]:
-    """(above / below / not detectable, mean Δ, smallest detectable Δ) of paired differences over seeds."""
-    if len(deltas) < 2:
-        return f"{len(deltas)} paired seed(s)", statistics.mean(deltas) if deltas else None, None
-    mean, smallest = statistics.mean(deltas), detectable(statistics.stdev(deltas), len(deltas))
-    if smallest is None:
-        return "–", mean, None
-    return ("above" if mean > smallest else "below" if mean < -smallest else "not detectable"), mean, smallest

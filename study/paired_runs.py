@@ -73,7 +73,8 @@ def report(system: Path, baseline: Path, seeds: list[int]) -> str:
     if len(deltas) > 1:
         sd = statistics.stdev(deltas)
         smallest = detectable(sd, len(deltas))
-        summary += f", sd {sd:.2f}" + (f", smallest detectable Δ {smallest:.2f}" if smallest is not None else "")
+        summary += f", sd {sd:.2f}" + (f", smallest detectable Δ (80 % power) {smallest:.2f}"
+                                        if smallest is not None else "")
     return "\n".join(lines + ["", summary])
 
 

@@ -285,8 +285,37 @@ def test_report_states_numbers_and_keeps_the_human_finding(tmp_path):
     assert "1 of 9 runs did not take off: tiny-A-proportional seed 2 (bible chrF 9.0)." in text
 
 
-def test_smallest_detectable_difference_is_the_paired_t_threshold():
-    assert study_report.detectable(1.0, 3) == pytest.approx(4.303 / math.sqrt(3))
+def test_the_paired_t_test_is_exact_and_the_smallest_detectable_difference_has_80_percent_power():
+    stats = load_study("stats")
+    # Student's t: the tables' 97.5 % and 80 % quantiles, and the closed forms of df 1 and 2
+    for df, q975, q80 in ((1, 12.706, 1.376), (2, 4.303, 1.061), (4, 2.776, 0.941), (9, 2.262, 0.883)):
+        assert stats.t_quantile(0.975, df) == pytest.approx(q975, abs=1e-3)
+        assert stats.t_quantile(0.8, df) == pytest.approx(q80, abs=1e-3)
+    assert stats.t_cdf(1.0, 1) == pytest.approx(0.75)  # 1/2 + atan(1)/π
+    assert stats.t_cdf(-2.0, 2) == pytest.approx(0.5 - 2 / (2 * math.sqrt(6)))
+    # three seeds of differences 1, 2, 3: t = 2 / (1/√3) = 3.464 on 2 df
+    assert stats.paired_p([1.0, 2.0, 3.0]) == pytest.approx(0.0742, abs=1e-4)
+    # 80 % power: (t(0.975, 2) + t(0.8, 2)) · sd / √3 -- larger than the significance threshold t(0.975, 2) · sd / √3
+    assert stats.detectable(1.0, 3) == pytest.approx((4.303 + 1.061) / math.sqrt(3), abs=1e-3)
+    assert stats.significance_threshold(1.0, 3) == pytest.approx(4.303 / math.sqrt(3), abs=1e-3)
+    assert stats.detectable(1.0, 1) is None
+
+
+def test_holm_keeps_a_verdict_only_where_the_whole_table_allows_it():
+    stats = load_study("stats")
+    assert stats.holm([0.01, 0.04, 0.03, None]) == pytest.approx([0.03, 0.06, 0.06, None])
+    assert stats.holm([0.2, 0.001]) == pytest.approx([0.2, 0.002])
+    # one strategy alone: p 0.026 < 0.05, above; beside two others with p ≈ 0.5, Holm triples it: not detectable
+    clear = [1.0, 1.2, 1.1, 1.3, 0.9]
+    noise = [[0.5, -0.4, 0.1, -0.3, 0.2], [-0.2, 0.3, -0.5, 0.4, 0.1]]
+    assert stats.verdicts([clear])[0][0] == "above"
+    weak = [0.4, 0.1, 0.6, 0.2, 0.5]
+    alone, = stats.verdicts([weak])
+    family = stats.verdicts([weak, *noise, [-1.0, -1.1, -0.9]])
+    assert alone[0] == "above" and 0.01 < alone[2] < 0.05
+    assert family[0][0] == "not detectable" and family[0][2] == pytest.approx(min(1, 3 * alone[2]))
+    assert family[3][0] == "below" and family[1][0] == "not detectable"
+    assert stats.verdicts([[0.5]])[0][0] == "1 paired seed(s)"
 
 
 def test_law_prediction_scores_a_law_that_holds_one_and_a_law_of_the_wrong_sign_minus_one():
