@@ -48,6 +48,29 @@ def test_source_use_and_its_standard_error_are_over_sentences():
     assert "'broken'" in health.describe("broken") and "0.05x" in health.describe("broken")
 
 
+def test_a_corpus_whose_dev_sources_the_model_does_not_use_yet_is_said_to_be_not_measurable():
+    """Silence is not health: where the dev pairs' source use is within noise of 0, a broken corpus could not be
+    seen, and the verdict, the summary and the model card say so."""
+    healthy = SampleCheck(3.0, np.full(4, 1.0) + [0.1, -0.1, 0.1, -0.1])
+    unused = SampleCheck(6.0, np.array([0.2, -0.3, 0.1, 0.05]))  # dev z about 0.1
+    broken = SampleCheck(5.9, np.full(4, 0.05))
+    health = CorpusHealth(9, ["a", "early", "broken"], [healthy, broken, broken], [healthy, unused, healthy])
+    assert health.not_measurable() == ["early"] and health.suspects() == ["broken"]  # "early" is as broken
+    assert health.verdicts() == {"a": "no sign of damage", "early": "not measurable yet", "broken": "suspect"}
+    assert health.as_dict()["corpora"]["early"]["verdict"] == "not measurable yet"
+    callback = CorpusHealthCallback({"a": None}, {"a": None}, collate_fn=None)
+    callback.last = health
+    note = callback.summary()["note"]
+    assert note.startswith("Corpus health not measurable yet for 'early' at step 9") and "corpus_audit" in note
+    callback.last = CorpusHealth(9, ["a"], [healthy], [healthy])
+    assert "note" not in callback.summary()
+    from uat_hf.cli.model_card import build_model_card
+
+    card = build_model_card({"strategy": "proportional", "corpus_dir": "x"},
+                            {"eval_a_bleu": 5.0, "eval_a_chrf": 30.0, "corpus_health": {"note": note}})
+    assert f"**{note}**" in str(card)
+
+
 def _misaligned(dataset: Dataset) -> Dataset:
     """The same sources, each with the next pair's target (every pair broken)."""
     rows = dataset.to_dict()

@@ -47,7 +47,8 @@ def build_model_card(fields: Mapping[str, Any], results: Mapping[str, float] | N
         eval_results=_eval_results(scores, specs + eval_specs, get("eval_split", "test")) or None,
     )
     text = _text(fields, specs, eval_specs, scores, recipe_file) + _audit_text((results or {}).get("corpus_audit"))
-    notes = [stopped_early_note(results or {}), *(results or {}).get("corpus_health", {}).get("warnings", [])]
+    health = (results or {}).get("corpus_health", {})
+    notes = [stopped_early_note(results or {}), *health.get("warnings", []), health.get("note")]
     for note in reversed([n for n in notes if n]):
         text = text.replace("\n## Results\n", f"\n## Results\n\n**{note}**\n", 1)
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text}")

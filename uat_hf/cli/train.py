@@ -312,6 +312,8 @@ def train_and_evaluate(trainer, data_args: DataArguments, recipe: Recipe, eval_c
             print(f"sacreBLEU {name} signature: {signature}")
         for warning in metrics.get("corpus_health", {}).get("warnings", []):
             print(f"\nWARNING: {warning}")
+        if metrics.get("corpus_health", {}).get("note"):
+            print(f"\nNOTE: {metrics['corpus_health']['note']}")
         Recipe(recipe.to_dict(), source=recipe.source).save_pretrained(output_dir, results=metrics)
         logger.info(f"saved model, tokenizer, eval_results.json, {HYPOTHESES_DIR}/ and recipe.yaml to {output_dir} "
                     f"({time.monotonic() - start:.0f}s in all)")

@@ -98,6 +98,17 @@ class CorpusHealth:
         """Corpora whose training pairs look broken at this check."""
         return suspect_corpora(*(dict(zip(self.names, v)) for v in (self.share, self.z, self.dev_z)))
 
+    def not_measurable(self) -> list[str]:
+        """Corpora the check cannot judge yet: the model does not clearly use the sources of their dev pairs (dev z
+        below :data:`MIN_DEV_Z`), so broken training pairs there would go unseen. Silence is not health."""
+        return [n for n, z in zip(self.names, self.dev_z) if not z >= MIN_DEV_Z]
+
+    def verdicts(self) -> dict[str, str]:
+        """Each corpus at this check: ``suspect``, ``not measurable yet`` or ``no sign of damage``."""
+        suspects, unmeasured = set(self.suspects()), set(self.not_measurable())
+        return {n: "suspect" if n in suspects else "not measurable yet" if n in unmeasured else "no sign of damage"
+                for n in self.names}
+
     def describe(self, name: str) -> str:
         """What the numbers say of corpus ``name``, and what to check."""
         i = self.names.index(name)
@@ -112,8 +123,9 @@ class CorpusHealth:
                 "(strategy 'fixed').")
 
     def as_dict(self) -> dict:
-        return {"step": self.step, "suspects": self.suspects(), "corpora": {
-            n: {"train_loss": round(t.loss, 4), "dev_loss": round(d.loss, 4),
+        verdicts = self.verdicts()
+        return {"step": self.step, "suspects": self.suspects(), "not_measurable": self.not_measurable(), "corpora": {
+            n: {"verdict": verdicts[n], "train_loss": round(t.loss, 4), "dev_loss": round(d.loss, 4),
                 "train_source_use": round(t.source_use, 4), "dev_source_use": round(d.source_use, 4),
                 "source_use_ratio": None if np.isnan(s) else round(s, 4), "z": round(z, 2)}
             for n, t, d, s, z in zip(self.names, self.train, self.dev, self.share, self.z)}}

@@ -20,7 +20,14 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ..evaluation.corpus_health import CorpusHealth, HealthSample, check_sample, draw_health_sample, suspect_corpora
+from ..evaluation.corpus_health import (
+    MIN_DEV_Z,
+    CorpusHealth,
+    HealthSample,
+    check_sample,
+    draw_health_sample,
+    suspect_corpora,
+)
 from .callback import CorpusBalancingCallback, join_training_log
 
 __all__ = ["CorpusHealthCallback"]
@@ -99,6 +106,10 @@ class CorpusHealthCallback(TrainerCallback):
                     logger.warning(note)
         values = {key: dict(zip(self.names, v)) for key, v in zip(_KEYS, (health.share, health.z, health.dev_z))}
         self._previous = tuple(values.values())
+        unmeasured = health.not_measurable()
+        if unmeasured:
+            logger.info(f"corpus health at step {step}: not measurable yet for {', '.join(unmeasured)} (dev z < "
+                        f"{MIN_DEV_Z:g})")
         self._pending = {f"{_PREFIX}{n}_{key}": round(float(v), 4)
                          for key, per in values.items() for n, v in per.items()}
         self.last = health
@@ -113,7 +124,13 @@ class CorpusHealthCallback(TrainerCallback):
         return broadcast_object_list([names], from_process=0)[0]
 
     def summary(self) -> dict:
-        """The last check, the warnings of the run and the corpora set aside, for ``eval_results.json``."""
+        """The last check, the warnings of the run, the corpora set aside and a note naming the corpora the last
+        check could not judge, for ``eval_results.json`` and the model card."""
         aside = self.balancing.distribution.set_aside_shares if self.balancing is not None else {}
+        unmeasured = self.last.not_measurable() if self.last else []
+        note = (f"Corpus health not measurable yet for {', '.join(repr(n) for n in unmeasured)} at step "
+                f"{self.last.step}: the model does not clearly use the sources of their dev pairs yet (dev z < "
+                f"{MIN_DEV_Z:g}), so broken training pairs there would go unseen; the audit before training "
+                "(corpus_audit) is what checks them." if unmeasured else None)
         return {**(self.last.as_dict() if self.last else {}), "warnings": list(self.warned.values()),
-                **({"set_aside": dict(aside)} if aside else {})}
+                **({"set_aside": dict(aside)} if aside else {}), **({"note": note} if note else {})}
