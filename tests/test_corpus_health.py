@@ -11,7 +11,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from uat_hf.evaluation.corpus_health import CorpusHealth, SampleCheck, suspect_corpora
+from uat_hf.evaluation.corpus_health import CorpusHealth, SampleCheck, suspect_corpora, suspect_z
 from uat_hf.sampling.distribution import CorpusDistribution
 from uat_hf.training.health_callback import CorpusHealthCallback
 from uat_hf.training.uat_config import UATConfig
@@ -25,11 +25,13 @@ PAIRS = 8  # per corpus: few enough for the tiny model to learn them in the warm
 
 def test_only_training_pairs_that_clearly_ignore_their_sources_are_suspect():
     dev_z = {"a": 8.0, "b": 8.0, "broken": 8.0}
-    assert suspect_corpora({"a": 1.0, "b": 0.9, "broken": 0.1}, {"a": 0.0, "b": -1.0, "broken": -6.0}, dev_z) == [
+    assert suspect_corpora({"a": 1.0, "b": 0.9, "broken": 0.1}, {"a": 0.0, "b": -1.0, "broken": -6.0}, dev_z,
+                           threshold=3.0) == [
         "broken"]
     # not significant (a small sample's noise), or a model that uses no source yet (nothing to judge by): none
-    assert suspect_corpora({"a": 1.0, "broken": 0.1}, {"a": 0.0, "broken": -2.0}, dev_z) == []
-    assert suspect_corpora({"a": 1.0, "broken": 0.1}, {"a": 0.0, "broken": -6.0}, {"a": 1.0, "broken": 1.0}) == []
+    assert suspect_corpora({"a": 1.0, "broken": 0.1}, {"a": 0.0, "broken": -2.0}, dev_z, threshold=3.0) == []
+    assert suspect_corpora({"a": 1.0, "broken": 0.1}, {"a": 0.0, "broken": -6.0}, {"a": 1.0, "broken": 1.0},
+                           threshold=3.0) == []
 
 
 def test_source_use_and_its_standard_error_are_over_sentences():
@@ -46,6 +48,28 @@ def test_source_use_and_its_standard_error_are_over_sentences():
     health = CorpusHealth(7, ["a", "broken"], [healthy, broken], [healthy, healthy])
     assert health.share == pytest.approx([1.0, 0.05])
     assert "'broken'" in health.describe("broken") and "0.05x" in health.describe("broken")
+
+
+def test_the_suspect_threshold_keeps_false_alarms_per_run_below_one_percent_at_64_corpora():
+    """Sound corpora's z, standard normal and as correlated from check to check as the archive's (lag-1 0.89;
+    study/study.md): a fixed threshold of 3 standard errors calls one of 64 corpora broken in about a fifth of the
+    runs of 12 checks; the threshold from the number of corpora and checks stays under 1 % at any correlation."""
+    assert [round(suspect_z(n, c), 2) for n, c in ((4, 3), (4, 12), (64, 12))] == [3.02, 3.51, 4.19]
+    rng = np.random.default_rng(0)
+    runs, corpora, checks = 20_000, 64, 12
+
+    def false_alarms(threshold: float, rho: float) -> float:
+        noise = rng.standard_normal((runs, corpora, checks))
+        z = np.empty_like(noise)
+        z[..., 0] = noise[..., 0]
+        for t in range(1, checks):
+            z[..., t] = rho * z[..., t - 1] + np.sqrt(1 - rho ** 2) * noise[..., t]
+        twice = (z[..., 1:] <= -threshold) & (z[..., :-1] <= -threshold)
+        return float(twice.any(axis=(1, 2)).mean())
+
+    assert false_alarms(3.0, 0.89) > 0.1
+    for rho in (0.0, 0.89, 0.99):
+        assert false_alarms(suspect_z(corpora, checks), rho) <= 0.01
 
 
 def test_a_corpus_whose_dev_sources_the_model_does_not_use_yet_is_said_to_be_not_measurable():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import torch
@@ -32,7 +33,8 @@ from ..models.targets import scored_mask, target_logits
 from ..sampling.packing import draw_token_batch, example_lengths, split_by_tokens
 from ..utils.columns import MODEL_COLUMNS
 
-__all__ = ["CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample", "suspect_corpora"]
+__all__ = ["CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample", "suspect_corpora",
+           "suspect_z"]
 
 #: The model must use the sources of a corpus's dev pairs (mean source use this many standard errors above 0)
 #: before its training pairs can be judged ...
@@ -40,8 +42,9 @@ MIN_DEV_Z = 3.0
 #: ... and a corpus is suspect when the source use of its training pairs is at most this share of its dev
 #: pairs' ...
 SUSPECT_SHARE = 0.5
-#: ... by at least this many standard errors (sentences are the samples).
-SUSPECT_Z = 3.0
+#: ... by at least :func:`suspect_z` standard errors (sentences are the samples), at two checks in a row: the
+#: chance that a sound corpus is called broken in a run stays below this, however many corpora and checks.
+FALSE_ALARM_RATE = 0.01
 _SOURCE_COLUMNS = ("input_ids", "attention_mask")
 
 
@@ -63,10 +66,22 @@ class SampleCheck:
         return float(np.std(self.gains, ddof=1) / np.sqrt(n)) if n > 1 else float("inf")
 
 
-def suspect_corpora(share: Mapping[str, float], z: Mapping[str, float], dev_z: Mapping[str, float]) -> list[str]:
+def suspect_z(corpora: int, checks: int) -> float:
+    """The standard errors below the dev pairs' source use at which a corpus is suspect, for a run of ``corpora``
+    corpora and ``checks`` checks: a sound corpus's z is about standard normal (higher, as the model has seen its
+    training pairs), and a verdict needs two checks in a row, each pair of which is at most as likely as one check
+    whatever the checks' correlation (their samples overlap); so by the union bound over the corpora × (checks − 1)
+    pairs the chance of a false alarm in a run is at most :data:`FALSE_ALARM_RATE`. 3.0 at 4 corpora and 3 checks,
+    3.5 at 12 checks, 4.2 at 64 corpora and 12 checks."""
+    return -NormalDist().inv_cdf(FALSE_ALARM_RATE / (max(int(corpora), 1) * max(int(checks) - 1, 1)))
+
+
+def suspect_corpora(share: Mapping[str, float], z: Mapping[str, float], dev_z: Mapping[str, float], *,
+                    threshold: float) -> list[str]:
     """The corpora whose training pairs use their sources at most :data:`SUSPECT_SHARE` as much as their dev
-    pairs, by :data:`SUSPECT_Z` standard errors, where the dev pairs' source use is clear (:data:`MIN_DEV_Z`)."""
-    return [n for n in share if dev_z[n] >= MIN_DEV_Z and share[n] <= SUSPECT_SHARE and z[n] <= -SUSPECT_Z]
+    pairs, by ``threshold`` standard errors (:func:`suspect_z`), where the dev pairs' source use is clear
+    (:data:`MIN_DEV_Z`)."""
+    return [n for n in share if dev_z[n] >= MIN_DEV_Z and share[n] <= SUSPECT_SHARE and z[n] <= -threshold]
 
 
 @dataclass
@@ -77,6 +92,8 @@ class CorpusHealth:
     names: list[str]
     train: list[SampleCheck]
     dev: list[SampleCheck]
+    #: Standard errors a suspect corpus is below its dev pairs (:func:`suspect_z` of the run's corpora and checks).
+    threshold: float = 3.0
 
     @property
     def share(self) -> list[float]:
@@ -96,7 +113,8 @@ class CorpusHealth:
 
     def suspects(self) -> list[str]:
         """Corpora whose training pairs look broken at this check."""
-        return suspect_corpora(*(dict(zip(self.names, v)) for v in (self.share, self.z, self.dev_z)))
+        return suspect_corpora(*(dict(zip(self.names, v)) for v in (self.share, self.z, self.dev_z)),
+                               threshold=self.threshold)
 
     def not_measurable(self) -> list[str]:
         """Corpora the check cannot judge yet: the model does not clearly use the sources of their dev pairs (dev z

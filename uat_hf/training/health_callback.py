@@ -1,15 +1,16 @@
 """Corpus health during training: warn, naming the corpus and the numbers, when its training pairs look broken.
 
-A few checks per run (``corpus_health_checks``, evenly spaced) measure how much the model relies on the sources
-of a fixed sample of every corpus's training pairs, against its dev pairs (:mod:`uat_hf.evaluation.corpus_health`).
-A corpus suspect at two consecutive checks gets one warning in the log and, with ``corpus_health_action:
-set_aside``, is set aside: it keeps at most ``corpus_health_share`` of p from that step on, whatever the strategy
-(:meth:`~uat_hf.training.callback.CorpusBalancingCallback.set_aside`). The strategies' own measurements cannot do
-this: a corpus of misaligned pairs still lowers its dev loss (its targets teach the domain's words) and stays the
-one the model is most uncertain about, so MultiUAT and mixing-law keep or raise its share. The checks join the
-Trainer's log entries as ``health/<corpus>_source_use``, ``_z`` and ``_dev_z`` (so ``trainer_state.json`` keeps
-them, and a resumed run picks up the last one), and :attr:`CorpusHealthCallback.last` gives the final verdict to
-whoever writes the run's results.
+A few checks per run (``corpus_health_checks``, evenly spaced) measure how much the model relies on the sources of
+a fixed sample of every corpus's training pairs, against its dev pairs (:mod:`uat_hf.evaluation.corpus_health`). A
+corpus suspect at two consecutive checks (by a margin that keeps a sound corpus's chance of being called broken in
+a run under 1 %: :func:`~uat_hf.evaluation.corpus_health.suspect_z`) gets one warning in the log and, with
+``corpus_health_action: set_aside``, is set aside: it keeps at most ``corpus_health_share`` of p from that step on,
+whatever the strategy (:meth:`~uat_hf.training.callback.CorpusBalancingCallback.set_aside`). The strategies' own
+measurements cannot do this: a corpus of misaligned pairs still lowers its dev loss (its targets teach the domain's
+words) and stays the one the model is most uncertain about, so MultiUAT and mixing-law keep or raise its share. The
+checks join the Trainer's log entries as ``health/<corpus>_source_use``, ``_z`` and ``_dev_z`` (so
+``trainer_state.json`` keeps them, and a resumed run picks up the last one), and :attr:`CorpusHealthCallback.last`
+gives the final verdict to whoever writes the run's results.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..evaluation.corpus_health import (
     check_sample,
     draw_health_sample,
     suspect_corpora,
+    suspect_z,
 )
 from .callback import CorpusBalancingCallback, join_training_log
 
@@ -87,11 +89,12 @@ class CorpusHealthCallback(TrainerCallback):
                 n: draw_health_sample(self.train_corpora[n], self.dev_corpora[n], self.collate_fn, tokens=self.tokens,
                                       sub_batch_tokens=self.sub_batch_tokens, seed=self.seed + i)
                 for i, n in enumerate(self.names)}
+        threshold = suspect_z(len(self.names), self.checks)
         health = CorpusHealth(
             step, self.names,
             [check_sample(model, self._samples[n].train, self.language_code_ids) for n in self.names],
-            [check_sample(model, self._samples[n].dev, self.language_code_ids) for n in self.names])
-        before = suspect_corpora(*self._previous) if self._previous else []
+            [check_sample(model, self._samples[n].dev, self.language_code_ids) for n in self.names], threshold)
+        before = suspect_corpora(*self._previous, threshold=threshold) if self._previous else []
         confirmed = [name for name in health.suspects() if name in before]
         for name in confirmed:
             if name not in self.warned:
