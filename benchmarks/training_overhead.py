@@ -121,11 +121,13 @@ def make_trainer(options: argparse.Namespace, tokenizer: Any, data: dict, strate
     """A ``UATTrainer`` with a fresh model (seed 0) for one benchmark run; ``config`` adds ``UATConfig`` fields."""
     torch.manual_seed(0)
     model = build_model(options.preset, tokenizer, **options.model_overrides)
+    if strategy == "multidds-s":  # its fresh train batches as large as the dev batches
+        config = {**config, "strategy_settings": {"train_batch_tokens": options.dev_batch_tokens}}
     args = UATConfig(
         output_dir=output_dir, strategy=strategy, measure="enteos", mc_samples=options.mc_samples,
         update_every=update_every, dev_batch_tokens=options.dev_batch_tokens,
         mc_tolerance=options.mc_tolerance, mc_min_samples=options.mc_min_samples,
-        dds_train_batch_tokens=options.dev_batch_tokens, max_steps=steps, max_tokens=options.max_tokens,
+        max_steps=steps, max_tokens=options.max_tokens,
         learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=10_000, disable_tqdm=True, seed=0,
         use_cpu=not torch.cuda.is_available(), bf16=options.precision == "bf16", **config,
     )

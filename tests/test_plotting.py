@@ -174,8 +174,8 @@ def test_real_multidds_run_plots_its_cosine_heatmap(tmp_path, corpora, tokenizer
 
     args = UATConfig(
         output_dir=str(tmp_path / "run"), strategy="multidds-s", max_steps=2, update_every=1, max_tokens=300,
-        dev_batch_tokens=64, dds_train_batch_tokens=64, scorer_steps=5, report_to=[], save_strategy="no",
-        use_cpu=True, seed=0, disable_tqdm=True,
+        dev_batch_tokens=64, strategy_settings={"train_batch_tokens": 64}, scorer_steps=5, report_to=[],
+        save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
     )
     train = {name: ds.select(range(60)) for name, ds in corpora["train"].items()}
     UATTrainer(tiny_model, args, train_corpora=train, dev_corpora=corpora["dev"], processing_class=tokenizer).train()

@@ -31,11 +31,11 @@ def main() -> None:
     model = seeded_model("tiny", tokenizer)
     args = short_run_config(
         out, strategy="multidds-s", max_steps=MAX_STEPS, update_every=UPDATE_EVERY, max_tokens=300,
-        learning_rate=3e-3, dev_batch_tokens=200, dds_train_batch_tokens=200, scorer_lr=0.05, scorer_steps=20,
-        eval_strategy="no", seed=0,
+        learning_rate=3e-3, dev_batch_tokens=200, strategy_settings={"train_batch_tokens": 200}, scorer_lr=0.05,
+        scorer_steps=20, eval_strategy="no", seed=0,
     )
     trainer = UATTrainer(model, args, train_corpora=data["train"], dev_corpora=dev, processing_class=tokenizer)
-    trainer.balancing.reward = GradientCosineReward(dev_sharing=dev_sharing)
+    trainer.balancing.reward = GradientCosineReward(dev_sharing=dev_sharing, train_batch_tokens=200)
     rank = trainer.accelerator.process_index
     balancing = trainer.balancing
 
