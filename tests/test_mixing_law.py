@@ -206,9 +206,11 @@ def test_a_recipe_or_command_line_with_the_older_flat_names_loads_as_the_setting
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("corpus_dir: bundled:multidomain-en-de\nsource_lang: en\ntarget_lang: de\n"
                       "strategy: mixing-law\nmixing_law_sweeps: 1\nmixing_law_eta: 0.5\n")
-    with pytest.warns(FutureWarning, match=r"mixing_law_sweeps \(in recipe .*\) is now a setting of its strategy"):
+    with pytest.warns(FutureWarning) as warned:
         training, *_, saved = parse_arguments(["--config", str(recipe), "--output_dir", str(tmp_path / "out"),
                                                "--mixing_law_eta=2"])
+    assert sorted(str(w.message).split(" is now")[0] for w in warned) == [
+        "--mixing_law_eta", f"mixing_law_eta (in recipe {recipe})", f"mixing_law_sweeps (in recipe {recipe})"]
     assert training.strategy_settings == {"sweeps": 1, "eta": 2.0}  # the command line wins, typed
     assert MixingLaw.strategy_settings(training) == MixingLawSettings(sweeps=1, eta=2.0)
     assert saved.to_dict()["strategy_settings"] == {"sweeps": 1, "eta": 2.0}
