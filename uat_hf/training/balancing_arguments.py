@@ -73,7 +73,8 @@ class BalancingArguments:
     strategy_settings: dict | str | None = field(
         default=None,
         metadata={
-            "help": "The strategy's own settings (a mapping or JSON); also --<strategy>.<setting> VALUE."
+            "help": "The strategy's own settings (a mapping or JSON); also --<strategy>.<setting> VALUE, e.g. "
+            "--mixing-law.eta 0.5, --multidds-s.dropout true (docs/mixing_law.md, docs/multidds.md)."
         },
     )
     max_tokens: int | None = field(
