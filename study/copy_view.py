@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import statistics
+import warnings
 from functools import cache
 from pathlib import Path
 
@@ -41,7 +42,9 @@ def evaluation_pairs(recipe_file: str, folder: str, split: str) -> dict[str, tup
     from uat_hf.cli.train import parse_arguments
     from uat_hf.cli.train_data import build_specs
 
-    _, data, *_ = parse_arguments(["--config", recipe_file, "--corpus_dir", folder, "--eval_split", split])
+    with warnings.catch_warnings():  # an archived recipe may name settings since renamed (read as today's names)
+        warnings.simplefilter("ignore", FutureWarning)
+        _, data, *_ = parse_arguments(["--config", recipe_file, "--corpus_dir", folder, "--eval_split", split])
     pairs = {}
     for spec in [s for group in build_specs(data) for s in group]:
         if spec.split_location(split) is None:

@@ -79,8 +79,9 @@ def _share(strategy: str) -> float | None:
 
 
 def distance(p: dict[str, float], q: dict[str, float]) -> float:
-    """Total variation distance: the share of the examples that would have to move from one mix to the other."""
-    return sum(abs(p[c] - q.get(c, 0.0)) for c in p) / 2
+    """Total variation distance: the share of the examples that would have to move from one mix to the other (a
+    corpus one mix lacks, left out of training by the audit's drop, has share 0 there)."""
+    return sum(abs(p.get(c, 0.0) - q.get(c, 0.0)) for c in set(p) | set(q)) / 2
 
 
 def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[str]) -> list[str]:
@@ -149,7 +150,7 @@ def known_answer_lines(group: str, runs: list, baseline: str, strategies: list[s
 
 
 def _p_row(strategy: str, runs: list, broken: str, oracle: dict[str, float]) -> str:
-    """One row of the table of where p went."""
+    """One row of the table of where p went (a corpus the audit's drop left out of training has share 0)."""
     def mean_of(values: list) -> float | None:
         values = [v for v in values if v is not None]
         return statistics.mean(values) if values else None
@@ -157,11 +158,11 @@ def _p_row(strategy: str, runs: list, broken: str, oracle: dict[str, float]) -> 
     histories = [_history(r) for r in runs]
     mixes = [_mixes(r, h) for r, h in zip(runs, histories)]
     ends = [p for p in map(final_p, runs, histories) if p is not None]
-    cells = [mean_of([mix[0][broken] if mix else None for mix in mixes]),
+    cells = [mean_of([mix[0].get(broken, 0.0) if mix else None for mix in mixes]),
              mean_of([_first_update(h, broken) for h in histories]),
-             *(mean_of([p[broken] if p else None for p in (p_at(r, h, f) for r, h in zip(runs, histories))])
+             *(mean_of([p.get(broken, 0.0) if p else None for p in (p_at(r, h, f) for r, h in zip(runs, histories))])
                for f in (1 / 3, 1 / 2)),
-             mean_of([p[broken] for p in ends]),
+             mean_of([p.get(broken, 0.0) for p in ends]),
              mean_of([max(distance(p, mix[0]) for p in mix) if mix else None for mix in mixes]),
              mean_of([distance(p, oracle) for p in ends] if oracle else [])]
     return f"| {strategy} | {len(runs)} | " + " | ".join(num(c, ".3f") for c in cells) + " |"
@@ -170,7 +171,7 @@ def _p_row(strategy: str, runs: list, broken: str, oracle: dict[str, float]) -> 
 def _first_update(history: list[dict] | None, broken: str) -> float | None:
     """``broken``'s share after the strategy's first update (a set-aside by the health check is not one)."""
     updates = [r for r in history or [] if r["step"] > 0 and "set_aside" not in r]
-    return updates[0]["probabilities"][broken] if updates else None
+    return updates[0]["probabilities"].get(broken, 0.0) if updates else None
 
 
 def _mixes(run, history: list[dict] | None) -> list[dict[str, float]]:
