@@ -144,6 +144,19 @@ def test_known_answer_recipes_differ_from_regime_a_only_where_the_cell_needs_it(
     assert shares == {"share0.01": 0.01, "share0.05": 0.05, "share0.15": 0.15, "proportional": None}
 
 
+def test_the_fixed_point_cell_is_the_regular_multiuat_cell_started_from_the_duplicated_cells_prior():
+    texts = recipes.all_recipes()
+    setup, regime, strategy = recipes.FIXED_POINT_CELL
+    started = yaml.safe_load(texts[f"{setup}-{regime}-{strategy}.yaml"])
+    regular = yaml.safe_load(texts[f"{setup}-{regime}-{recipes.base_strategy(strategy)}.yaml"])
+    differing = {key for key in started.keys() | regular.keys() if started.get(key) != regular.get(key)}
+    assert differing == {"output_dir", "corpus_probabilities"} and started["strategy"] == "multiuat-enteos"
+    duplicated = {**SIZES, "dictionary": 6 * SIZES["dictionary"]}
+    assert started["corpus_probabilities"] == pytest.approx(
+        {c: n / sum(duplicated.values()) for c, n in duplicated.items()}, abs=2e-6)  # the largest takes the rounding
+    assert started["corpus_probabilities"]["dictionary"] == pytest.approx(0.4218, abs=1e-4)
+
+
 def test_each_cell_runs_its_own_seeds_unless_told_and_known_answer_groups_compare_with_proportional(tmp_path,
                                                                                                   monkeypatch):
     cells = ["misaligned-A-proportional", "misaligned-A-uniform", "misaligned-Adev-share0.05", "multidomain-A-uniform"]
