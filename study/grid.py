@@ -402,6 +402,9 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
         fields.update(corpus_audit=audited)
     else:  # the action the study's proportional and learned cells were run with, whatever uat-train's default
         fields.update(corpus_audit="warn")
+    # the archive's runs were checked on pairs they trained on (before corpus_health_holdout): pinned, so that they
+    # rerun as they ran
+    fields.update(corpus_health_holdout=0)
     if strategy == "temperature":
         notes.append("temperature: τ = 5, the strategy's default (the paper's).")
     if strategy.startswith(("multiuat", "multidds")):

@@ -9,9 +9,18 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from datasets import Dataset
+from datasets import Dataset, concatenate_datasets
 
-from uat_hf.evaluation.corpus_health import CorpusHealth, SampleCheck, suspect_corpora, suspect_z
+from uat_hf.evaluation.corpus_health import (
+    MIN_HELD_OUT,
+    CorpusHealth,
+    SampleCheck,
+    check_sample,
+    draw_health_sample,
+    hold_out_pairs,
+    suspect_corpora,
+    suspect_z,
+)
 from uat_hf.sampling.distribution import CorpusDistribution
 from uat_hf.training.health_callback import CorpusHealthCallback
 from uat_hf.training.uat_config import UATConfig
@@ -154,24 +163,79 @@ def test_healthy_corpora_get_no_warning(learned, tokenizer, tmp_path, caplog):
     assert checked == [1, 2, 3, 4]  # silence after the checks ran, not for want of a check
 
 
-def test_the_checks_leave_training_unchanged(corpora, tokenizer, tmp_path):
-    """The checks use no random state of the run: the same seed trains the same weights with and without them."""
+def test_held_out_pairs_are_a_seeded_split_capped_by_share_and_sample_and_spared_only_by_large_corpora(corpora):
+    train = corpora["train"]  # 353-400 pairs each
+    trained, held = hold_out_pairs(train, share=0.1, tokens=100_000, seed=3)
+    assert list(trained) == list(train) and list(held) == list(train)
+    for name, dataset in train.items():
+        ids = lambda d: [tuple(x) for x in d["input_ids"]]  # noqa: E731
+        count = int(0.1 * len(dataset))  # the share caps a sample that wants them all
+        assert (len(held[name]), len(trained[name])) == (count, len(dataset) - count)
+        assert sorted(ids(held[name]) + ids(trained[name])) == sorted(ids(dataset))  # nothing lost, nothing twice
+    again = hold_out_pairs(train, share=0.1, tokens=100_000, seed=3)[1]
+    assert all(again[n]["input_ids"] == held[n]["input_ids"] for n in train)  # every process, every resume
+    assert hold_out_pairs(train, share=0.1, tokens=100_000, seed=4)[1]["bible"]["input_ids"] != held["bible"][
+        "input_ids"]
+    small = hold_out_pairs(train, share=0.1, tokens=200, seed=3)[1]  # the checks' sample caps it too
+    assert all(len(d) < int(0.1 * len(train[n])) for n, d in small.items())
+    trained, held = hold_out_pairs(train, share=(MIN_HELD_OUT - 1) / 400, tokens=100_000, seed=3)
+    assert held == {} and all(trained[n] is train[n] for n in train)  # cannot spare 16: checked on trained pairs
+
+
+def test_the_held_out_pairs_are_all_the_checks_take_from_training(corpora, tokenizer, tmp_path):
+    """The checks use no random state of the run and hold their sample out of training: a run with them trains the
+    same weights as a run without them on the corpora less the held-out pairs."""
     from uat_hf.models.presets import build_model
 
+    trained, held = hold_out_pairs(corpora["train"], share=0.1, tokens=4096, seed=0)
+    assert set(held) == set(corpora["train"]) and all(len(d) >= MIN_HELD_OUT for d in held.values())
     weights = []
-    for checks in (0, 3):
+    for checks, train in ((0, trained), (3, corpora["train"])):
         torch.manual_seed(0)
         model = build_model("tiny", tokenizer)
         args = UATConfig(output_dir=str(tmp_path / f"c{checks}"), max_steps=6, max_tokens=400, learning_rate=3e-3,
                          report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
-                         corpus_health_checks=checks)
-        trainer = UATTrainer(model, args, train_corpora=corpora["train"], dev_corpora=corpora["dev"],
-                             processing_class=tokenizer)
+                         corpus_health_checks=checks, corpus_health_holdout=0.1)
+        trainer = UATTrainer(model, args, train_corpora=train, dev_corpora=corpora["dev"], processing_class=tokenizer)
         trainer.train()
         weights.append({k: v.clone() for k, v in model.state_dict().items()})
         checked = [e["step"] for e in trainer.state.log_history if "health/bible_source_use" in e]
         assert len(checked) == checks  # the run with checks measured them; the other did not
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    health = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
+    assert health.summary()["held_out_pairs"] == {n: len(d) for n, d in held.items()}
+
+
+def test_a_memorised_broken_corpus_is_seen_on_its_held_out_pairs_not_on_those_it_trained_on(learned, corpora,
+                                                                                              tokenizer, tmp_path):
+    """A model that has memorised misaligned pairs relies on their sources as on sound ones (today's check, which
+    sampled trained pairs, passed such a corpus); the pairs of the same corpus it never trained on show it."""
+    import copy
+
+    model, pairs = learned
+    model = copy.deepcopy(model)
+    broken = _misaligned(corpora["train"]["bible"].select(range(40)).select_columns(
+        ["input_ids", "attention_mask", "labels"]))
+    # dev pairs whose sources the model clearly uses: the learned pairs (bible's those of the other corpora, as its
+    # own are all broken here)
+    dev = dict(pairs, bible=concatenate_datasets([d for n, d in pairs.items() if n != "bible"]))
+    args = UATConfig(output_dir=str(tmp_path / "out"), max_steps=300, max_tokens=400, learning_rate=3e-3,
+                     warmup_steps=20, report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
+                     corpus_health_checks=2, corpus_health_tokens=100_000, corpus_health_holdout=0.4)
+    trainer = UATTrainer(model, args, train_corpora=dict(pairs, bible=broken), dev_corpora=dev,
+                         processing_class=tokenizer)
+    trainer.train()
+    health = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
+    assert health.summary()["held_out_pairs"] == {"bible": MIN_HELD_OUT, "descriptions": 0, "dictionary": 0,
+                                                  "software": 0}  # 8 pairs cannot spare 16
+    assert health.last.suspects() == ["bible"], dict(zip(health.last.names, health.last.share))
+    # the same check on the bible pairs it trained on: memorised, they look as sound as the dev pairs
+    seen = trainer.train_dataset.select(range(MIN_HELD_OUT))  # bible comes first: its trained pairs
+    assert {tuple(x) for x in seen["input_ids"]} <= {tuple(x) for x in broken["input_ids"]}
+    sample = draw_health_sample(seen, dev["bible"], health.collate_fn, tokens=100_000, sub_batch_tokens=4096, seed=0)
+    on_trained = CorpusHealth(500, ["bible"], [check_sample(model, sample.train)], [check_sample(model, sample.dev)],
+                              health.last.threshold)
+    assert on_trained.share[0] > 0.5 and on_trained.suspects() == [], on_trained.share
 
 
 def test_a_corpus_set_aside_keeps_at_most_its_share_and_the_others_keep_their_ratio():

@@ -7,8 +7,11 @@ on a target rises when the target is given another sentence's source. On a corpu
 (its *source use*) is what the model has learned for the domain; on training pairs whose targets do not belong
 to their sources it is near zero. So each check compares, corpus by corpus, the source use on a fixed sample of
 the training pairs with that on the dev pairs: about equal for a healthy corpus however hard or small it is,
-far lower for a broken one. (Comparing plain losses is blind here: a model trained on misaligned pairs fits
-their targets as a language model, and the losses of training and dev pairs stay close.)
+far lower for a broken one. The training-side sample is held out of training (:func:`hold_out_pairs`): a model
+that has memorised broken pairs relies on their sources as if they were sound (a memorised misaligned corpus scores
+about 1), so only pairs it never trained on can show them. (Comparing plain losses is blind here: a model
+trained on misaligned pairs fits their targets as a language model, and the losses of training and dev pairs stay
+close.)
 
 Uncertainty sampling makes this matter: a model is most uncertain where it learned garbage, so MultiUAT raises
 the share of exactly such a corpus. The check warns under every strategy, a static prior included. The samples
@@ -33,8 +36,8 @@ from ..models.targets import scored_mask, target_logits
 from ..sampling.packing import draw_token_batch, example_lengths, split_by_tokens
 from ..utils.columns import MODEL_COLUMNS
 
-__all__ = ["CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample", "suspect_corpora",
-           "suspect_z"]
+__all__ = ["CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample", "hold_out_pairs",
+           "suspect_corpora", "suspect_z"]
 
 #: The model must use the sources of a corpus's dev pairs (mean source use this many standard errors above 0)
 #: before its training pairs can be judged ...
@@ -45,6 +48,9 @@ SUSPECT_SHARE = 0.5
 #: ... by at least :func:`suspect_z` standard errors (sentences are the samples), at two checks in a row: the
 #: chance that a sound corpus is called broken in a run stays below this, however many corpora and checks.
 FALSE_ALARM_RATE = 0.01
+#: A corpus that cannot spare this many pairs for the checks (``corpus_health_holdout`` of it) is checked on pairs
+#: it trains on: fewer would leave the training side's standard error too wide to call anything.
+MIN_HELD_OUT = 16
 _SOURCE_COLUMNS = ("input_ids", "attention_mask")
 
 
@@ -147,6 +153,27 @@ class CorpusHealth:
                 "train_source_use": round(t.source_use, 4), "dev_source_use": round(d.source_use, 4),
                 "source_use_ratio": None if np.isnan(s) else round(s, 4), "z": round(z, 2)}
             for n, t, d, s, z in zip(self.names, self.train, self.dev, self.share, self.z)}}
+
+
+def hold_out_pairs(corpora: Mapping[str, object], *, share: float, tokens: int, seed: int
+                   ) -> tuple[dict[str, object], dict[str, object]]:
+    """Each corpus split into the pairs it trains on and the pairs the checks measure and it never trains on: a
+    random ``tokens`` worth (the checks' sample), at most ``share`` of its pairs; a corpus that cannot spare
+    :data:`MIN_HELD_OUT` keeps them all and is absent from the held-out mapping. Both sides keep the corpus's order
+    (``Dataset.select`` of sorted indices), and the split depends only on ``seed``, the corpus's position and its
+    lengths, so every process and every resume of a run holds out the same pairs."""
+    trained, held = {}, {}
+    for i, (name, dataset) in enumerate(corpora.items()):
+        lengths = example_lengths(dataset)
+        order = np.random.default_rng([seed, i, 2]).permutation(len(lengths))
+        sample = int(np.searchsorted(np.cumsum(lengths[order]), tokens, side="left")) + 1
+        count = min(sample, int(share * len(lengths)))
+        if count < MIN_HELD_OUT:
+            trained[name] = dataset
+            continue
+        held[name] = dataset.select(np.sort(order[:count]))
+        trained[name] = dataset.select(np.sort(order[count:]))
+    return trained, held
 
 
 @dataclass

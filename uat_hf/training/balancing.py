@@ -29,6 +29,7 @@ from transformers import DataCollatorForSeq2Seq, DefaultFlowCallback
 from transformers.trainer_utils import seed_worker
 
 from ..data.language_codes import language_code_ids
+from ..evaluation.corpus_health import hold_out_pairs
 from ..models.causal_lm import is_causal_lm
 from ..models.targets import require_supported_model
 from ..sampling.sampler import CorpusBatchSampler
@@ -101,6 +102,11 @@ def attach_balancing(
                          "map-style training corpora (they sample training pairs at random) and a "
                          "sequence-to-sequence model (a decoder-only model's prompt and completion share one "
                          "sequence); give dev sets, or use corpus_health_action=warn.")
+    held_out: dict[str, Dataset] = {}
+    if checks and config.corpus_health_holdout > 0:  # before anything reads the corpora: never trained on
+        corpus_sizes = prior_sizes(train_corpora, corpus_sizes)  # the prior counts the corpora as given
+        train_corpora, held_out = hold_out_pairs(train_corpora, share=config.corpus_health_holdout,
+                                                 tokens=config.corpus_health_tokens, seed=seed)
     if corpus_sizes is not None and streaming:
         raise ValueError("corpus_sizes with streamed corpora: a stream's prior counts its own size (num_examples); "
                          "give the prior as corpus_probabilities instead.")
@@ -140,7 +146,8 @@ def attach_balancing(
     if checks:
         set_aside = config.corpus_health_action == "set_aside"
         callbacks.insert(flow + 2, CorpusHealthCallback(
-            train_corpora, dev_corpora, measuring_collator(trainer), checks=config.corpus_health_checks,
+            train_corpora, dev_corpora, measuring_collator(trainer), held_out=held_out,
+            checks=config.corpus_health_checks,
             tokens=config.corpus_health_tokens, seed=seed,
             language_code_ids=language_code_ids(trainer.processing_class),
             balancing=callback if set_aside else None, share=config.corpus_health_share,

@@ -156,6 +156,14 @@ class BalancingArguments:
         metadata={"help": "Tokens of each corpus's training sample and of its dev sample in the corpus-health "
                   "checks."},
     )
+    corpus_health_holdout: float = field(
+        default=0.02,
+        metadata={"help": "Share of each training corpus's pairs kept out of training as the checks' training-side "
+                  "sample (the pairs corpus_health_tokens takes, at most this share; a corpus that cannot spare 16 "
+                  "pairs is checked on pairs it trains on): a model that has memorised broken pairs uses their "
+                  "sources as if they were sound, so only pairs it never trained on show them. 0: the checks sample "
+                  "pairs the model trains on."},
+    )
     corpus_health_action: str = field(
         default="warn",
         metadata={"help": "What a corpus found broken by the corpus-health checks gets: 'warn' (a warning, training "

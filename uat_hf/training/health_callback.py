@@ -1,7 +1,8 @@
 """Corpus health during training: warn, naming the corpus and the numbers, when its training pairs look broken.
 
 A few checks per run (``corpus_health_checks``, evenly spaced) measure how much the model relies on the sources of
-a fixed sample of every corpus's training pairs, against its dev pairs (:mod:`uat_hf.evaluation.corpus_health`). A
+a fixed sample of every corpus's training pairs, held out of training (``corpus_health_holdout``), against its dev
+pairs (:mod:`uat_hf.evaluation.corpus_health`). A
 corpus suspect at two consecutive checks (by a margin that keeps a sound corpus's chance of being called broken in
 a run under 1 %: :func:`~uat_hf.evaluation.corpus_health.suspect_z`) gets one warning in the log and, with
 ``corpus_health_action: set_aside``, is set aside: it keeps at most ``corpus_health_share`` of p from that step on,
@@ -44,7 +45,8 @@ class CorpusHealthCallback(TrainerCallback):
     """Checks every corpus's training/dev loss ratio ``checks`` times per run and warns about broken corpora."""
 
     def __init__(self, train_corpora: Mapping[str, Any], dev_corpora: Mapping[str, Any],
-                 collate_fn: Callable[[list[dict]], dict], *, checks: int = 3, tokens: int = 4096,
+                 collate_fn: Callable[[list[dict]], dict], *, held_out: Mapping[str, Any] | None = None,
+                 checks: int = 3, tokens: int = 4096,
                  sub_batch_tokens: int = 4096, seed: int = 0, language_code_ids: Collection[int] = (),
                  balancing: CorpusBalancingCallback | None = None, share: float = 0.01,
                  accelerator: Any = None) -> None:
@@ -54,6 +56,9 @@ class CorpusHealthCallback(TrainerCallback):
         self.balancing, self.share, self.accelerator = balancing, float(share), accelerator
         self.names = list(train_corpora)
         self.train_corpora, self.dev_corpora = train_corpora, dev_corpora
+        #: Per corpus, the pairs held out of training that the checks sample (:func:`hold_out_pairs`); a corpus
+        #: absent here is checked on pairs it trains on.
+        self.held_out = dict(held_out or {})
         self.collate_fn = collate_fn
         self.checks, self.tokens, self.sub_batch_tokens = checks, tokens, sub_batch_tokens
         self.seed, self.language_code_ids = seed, language_code_ids
@@ -86,7 +91,8 @@ class CorpusHealthCallback(TrainerCallback):
         """Measure now; warn about corpora suspect now and at the previous check."""
         if self._samples is None:
             self._samples = {
-                n: draw_health_sample(self.train_corpora[n], self.dev_corpora[n], self.collate_fn, tokens=self.tokens,
+                n: draw_health_sample(self.held_out.get(n, self.train_corpora[n]), self.dev_corpora[n],
+                                      self.collate_fn, tokens=self.tokens,
                                       sub_batch_tokens=self.sub_batch_tokens, seed=self.seed + i)
                 for i, n in enumerate(self.names)}
         threshold = suspect_z(len(self.names), self.checks)
@@ -135,5 +141,7 @@ class CorpusHealthCallback(TrainerCallback):
                 f"{self.last.step}: the model does not clearly use the sources of their dev pairs yet (dev z < "
                 f"{MIN_DEV_Z:g}), so broken training pairs there would go unseen; the audit before training "
                 "(corpus_audit) is what checks them." if unmeasured else None)
-        return {**(self.last.as_dict() if self.last else {}), "warnings": list(self.warned.values()),
+        held = {n: len(self.held_out[n]) if n in self.held_out else 0 for n in self.names}
+        return {**(self.last.as_dict() if self.last else {}), "held_out_pairs": held,
+                "warnings": list(self.warned.values()),
                 **({"set_aside": dict(aside)} if aside else {}), **({"note": note} if note else {})}

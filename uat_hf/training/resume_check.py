@@ -32,7 +32,8 @@ STATE_FORMAT = 4
 #: Balancing fields that may change on resume: they change what is logged, checked or allowed, not what the
 #: resumed run computes. The Trainer's own fields (max_steps, save/eval/logging settings, output_dir) may too.
 CHANGEABLE_ON_RESUME = ("allow_inexact_resume", "allow_nonfinite_loss", "bleu_tokenize", "corpus_metrics",
-                        "predict_with_generate", "corpus_health_checks", "corpus_health_tokens")
+                        "predict_with_generate", "corpus_health_checks", "corpus_health_tokens",
+                        "corpus_health_holdout")
 #: The fields a resume must keep: every other balancing field, and the seeds (they seed the dev batches, the
 #: sampler and the dropout of each update).
 FIXED_ON_RESUME = tuple(f.name for f in fields(BalancingArguments) if f.name not in CHANGEABLE_ON_RESUME) + (
@@ -41,13 +42,19 @@ FIXED_ON_RESUME = tuple(f.name for f in fields(BalancingArguments) if f.name not
 
 def resume_settings(config: Any) -> dict[str, Any]:
     """The :data:`FIXED_ON_RESUME` values of ``config`` (a ``UATConfig``), as JSON would hold them; the
-    corpus-health checks' settings too when a suspect corpus is set aside (the checks then change p). The
-    strategy's own settings count in full (defaults included), so that a setting given at its default and one
-    left out are the same run."""
+    corpus-health checks' settings too when a suspect corpus is set aside (the checks then change p), and the
+    share they hold out of training with the sample size that decides which pairs (0 when there are no checks:
+    then nothing is held out). The strategy's own settings count in full (defaults included), so that a setting
+    given at its default and one left out are the same run."""
     names = FIXED_ON_RESUME
+    checks = getattr(config, "corpus_health_checks", 0) > 0
+    holdout = float(getattr(config, "corpus_health_holdout", 0.0)) if checks else 0.0
     if getattr(config, "corpus_health_action", "warn") != "warn":
         names += ("corpus_health_checks", "corpus_health_tokens")
+    elif holdout:
+        names += ("corpus_health_tokens",)
     settings = {name: _plain(getattr(config, name, None)) for name in names}
+    settings["corpus_health_holdout"] = holdout
     strategy = getattr(config, "strategy_class", None)
     if strategy is not None and strategy.settings_class is not None:
         settings["strategy_settings"] = _plain(asdict(strategy.strategy_settings(config)))
@@ -57,6 +64,8 @@ def resume_settings(config: Any) -> dict[str, Any]:
 def _moved_into_strategy_settings(saved: Mapping[str, Any], strategy: str) -> dict[str, Any]:
     """The settings a checkpoint saved before its strategy's own settings left ``UATConfig``
     (:data:`MOVED_SETTINGS`: flat fields, ``None`` for a default), in today's form: ``strategy_settings`` in full."""
+    if saved:  # saved before the checks held pairs out of training: none were
+        saved = {"corpus_health_holdout": 0.0, **saved}
     cls = get_strategy(strategy)
     if cls.settings_class is None or not any(name in saved for name in MOVED_SETTINGS):
         return dict(saved)

@@ -84,6 +84,7 @@ NUMBER_RULES = (
     NumberRule("corpus_health_checks", 0),
     NumberRule("corpus_health_tokens", 1),
     NumberRule("corpus_health_share", 0, high=1),
+    NumberRule("corpus_health_holdout", 0, high=0.5),
 )
 
 
