@@ -189,6 +189,7 @@ def test_the_held_out_pairs_are_all_the_checks_take_from_training(corpora, token
 
     trained, held = hold_out_pairs(corpora["train"], share=0.1, tokens=4096, seed=0)
     assert set(held) == set(corpora["train"]) and all(len(d) >= MIN_HELD_OUT for d in held.values())
+    sizes = {n: len(d) for n, d in corpora["train"].items()}  # the prior counts the corpora as given
     weights = []
     for checks, train in ((0, trained), (3, corpora["train"])):
         torch.manual_seed(0)
@@ -196,7 +197,8 @@ def test_the_held_out_pairs_are_all_the_checks_take_from_training(corpora, token
         args = UATConfig(output_dir=str(tmp_path / f"c{checks}"), max_steps=6, max_tokens=400, learning_rate=3e-3,
                          report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
                          corpus_health_checks=checks, corpus_health_holdout=0.1)
-        trainer = UATTrainer(model, args, train_corpora=train, dev_corpora=corpora["dev"], processing_class=tokenizer)
+        trainer = UATTrainer(model, args, train_corpora=train, dev_corpora=corpora["dev"], processing_class=tokenizer,
+                             corpus_sizes=sizes if checks == 0 else None)
         trainer.train()
         weights.append({k: v.clone() for k, v in model.state_dict().items()})
         checked = [e["step"] for e in trainer.state.log_history if "health/bible_source_use" in e]
@@ -204,6 +206,8 @@ def test_the_held_out_pairs_are_all_the_checks_take_from_training(corpora, token
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     health = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
     assert health.summary()["held_out_pairs"] == {n: len(d) for n, d in held.items()}
+    prior = [sizes[n] / sum(sizes.values()) for n in trainer.corpus_distribution.names]
+    assert list(trainer.corpus_distribution.prior) == pytest.approx(prior, abs=1e-12)
 
 
 def test_a_memorised_broken_corpus_is_seen_on_its_held_out_pairs_not_on_those_it_trained_on(learned, corpora,
