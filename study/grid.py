@@ -190,6 +190,9 @@ NOISE_ORACLE_SHARES: dict[str, float | None] = {
     # untranslated-Adev, seed 11, macro over the intact corpora: proportional (0.414) BLEU 4.64 / chrF 25.43,
     # share 0.01 5.25 / 27.89, 0.05 5.13 / 27.15, 0.15 5.25 / 27.33: 0.01 (BLEU tied with 0.15, chrF ahead).
     "untranslated": 0.01,
+    # partial50-Adev, seed 11, macro over the intact corpora: proportional (0.415) 2.53 / 21.60, share 0.01
+    # 5.35 / 27.74, 0.05 5.22 / 27.61, 0.15 4.86 / 26.79: 0.01 (ahead in both).
+    "partial50": 0.01,
 }
 #: Test-set strategies of a noise cell: proportional unaudited, and with each audit action (drop is the product's
 #: default for map-style corpora, docs/corpus_audit.md).
