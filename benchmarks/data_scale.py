@@ -6,8 +6,11 @@ prepares everything (reads the files, cleans, trains the tokenizer on its sample
 cache), the second run with the same recipe reads the preparation cache. Each run trains ``--max-steps`` steps of
 the tiny preset and evaluates 8 test sentences per corpus. Measured from ``uat-train``'s own output:
 
-- start-up: process start to the ``corpora:`` line (imports, recipe);
-- preparation: the ``corpora:`` line to the ``model:`` line (tokenizer, data, model);
+- start-up: process start to its first line about the data (imports, recipe);
+- preparation: from there to the line saying the prepared data was saved to (or read from) the preparation cache
+  (the corpus audit, the tokenizer, cleaning and tokenization);
+- audit: the seconds the corpus audit reports (``corpus audit (Ns``), part of the preparation: it reads and cleans
+  each training corpus before the tokenizer is trained;
 - first batch: process start to the Trainer's first logged step (``logging_steps: 1``), i.e. the first batch trained,
   and the same less the start-up (what the data costs before training starts; start-up is imports, seconds on an
   idle machine but far more on a busy one);
@@ -65,6 +68,7 @@ class Run:
     run: str
     startup: float
     preparation: float
+    audit: float
     first_batch: float
     peak_mb: float
     total: float
@@ -144,9 +148,12 @@ def timed_run(config: Path, workers: int, env: dict, log: Path) -> tuple[float, 
             now = time.monotonic() - start
             saved.write(f"{now:8.1f} {line}")
             tail = (tail + [line])[-40:]
-            if "[uat-train] corpora:" in line:
+            if "Generating" in line or "[uat-hf]" in line:
                 seen.setdefault("corpora", now)
-            elif "[uat-train] model:" in line:
+            audit = re.search(r"\[uat-hf\] corpus audit \((\d+)s", line)
+            if audit:
+                seen["audit"] = float(audit.group(1))
+            if "[uat-hf] prepared data" in line:
                 seen.setdefault("model", now)
             elif re.match(r"\{'loss'", line.strip()):
                 seen.setdefault("first_batch", now)
@@ -154,10 +161,11 @@ def timed_run(config: Path, workers: int, env: dict, log: Path) -> tuple[float, 
             elif line.startswith("peak_rss_kb"):
                 peak_kb = float(line.split()[1])
     total = time.monotonic() - start
-    if process.returncode != 0 or len(seen) < 3:
+    if process.returncode != 0 or not {"corpora", "model", "first_batch"} <= seen.keys():
         raise RuntimeError(f"uat-train failed (exit {process.returncode}):\n{''.join(tail)}")
     throughput = (len(steps) - 1) / (steps[-1] - steps[0]) if len(steps) > 1 else float("nan")
-    return seen["corpora"], seen["model"] - seen["corpora"], seen["first_batch"], peak_kb / 1024, total, throughput
+    return (seen["corpora"], seen["model"] - seen["corpora"], seen.get("audit", float("nan")), seen["first_batch"],
+            peak_kb / 1024, total, throughput)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,10 +213,10 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{'pairs':>9} {'workers':>7} {'run':<16} {'start-up s':>10} {'prep s':>7} {'1st batch s':>11} "
-          f"{'less start-up':>13} {'peak MB':>8} {'total s':>8} {'steps/s':>8} {'load':>5}")
+    print(f"\n{'pairs':>9} {'workers':>7} {'run':<16} {'start-up s':>10} {'prep s':>7} {'audit s':>7} "
+          f"{'1st batch s':>11} {'less start-up':>13} {'peak MB':>8} {'total s':>8} {'steps/s':>8} {'load':>5}")
     for r in runs:
-        print(f"{r.pairs:>9} {r.workers:>7} {r.run:<16} {r.startup:>10.1f} {r.preparation:>7.1f} "
+        print(f"{r.pairs:>9} {r.workers:>7} {r.run:<16} {r.startup:>10.1f} {r.preparation:>7.1f} {r.audit:>7.0f} "
               f"{r.first_batch:>11.1f} {r.first_batch - r.startup:>13.1f} {r.peak_mb:>8.0f} {r.total:>8.1f} "
               f"{r.steps_per_second:>8.2f} {r.load:>5.1f}")
     cached = [r for r in runs if r.run != "streamed"]
