@@ -207,7 +207,10 @@ def tree_hashes(folder):
     ({"corpora": ["bible", "software"]}, r"trained on corpora \[.*\], this run gives \['bible', 'software'\]"),
     ({"state": {"format": 3}}, r"has format 3, this version of uat_hf reads 4"),
     ({"state": {"format": 4}}, r"lacks distribution, sampler: it is torn"),
-], ids=["strategy", "seed", "measure", "update_every", "corpora", "old-format-state", "torn-state"])
+    ({"corpus_health_holdout": 0.1}, r"trained with corpus_health_holdout=0.02 \(this run gives 0.1\)"),
+    ({"saved_without": "corpus_health_holdout"}, r"corpus_health_holdout=0.0 \(this run gives 0.02\)"),
+], ids=["strategy", "seed", "measure", "update_every", "corpora", "old-format-state", "torn-state", "holdout",
+        "saved-before-holdout"])
 def test_a_refused_resume_changes_no_file_of_the_run(tmp_path, corpora, tokenizer, change, message):
     """Resume checks the checkpoint, its state and the settings before it cuts the history: a refusal is a
     ValueError raised before training starts, and every file of output_dir is byte-identical afterwards."""
@@ -216,6 +219,10 @@ def test_a_refused_resume_changes_no_file_of_the_run(tmp_path, corpora, tokenize
     change = dict(change)
     if "state" in change:
         (out / "checkpoint-5" / STATE_FILE).write_text(json.dumps(change.pop("state")))
+    if "saved_without" in change:  # a checkpoint from before the setting existed: it held nothing out
+        state = json.loads((out / "checkpoint-5" / STATE_FILE).read_text())
+        del state["settings"][change.pop("saved_without")]
+        (out / "checkpoint-5" / STATE_FILE).write_text(json.dumps(state))
     names = change.pop("corpora", None)
     train = {n: corpora["train"][n] for n in names} if names else corpora["train"]
     dev = {n: corpora["dev"][n] for n in names} if names else corpora["dev"]
