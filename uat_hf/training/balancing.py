@@ -147,8 +147,7 @@ def attach_balancing(
         set_aside = config.corpus_health_action == "set_aside"
         callbacks.insert(flow + 2, CorpusHealthCallback(
             train_corpora, dev_corpora, measuring_collator(trainer), held_out=held_out,
-            checks=config.corpus_health_checks,
-            tokens=config.corpus_health_tokens, seed=seed,
+            checks=config.corpus_health_checks, tokens=config.corpus_health_tokens, seed=seed,
             language_code_ids=language_code_ids(trainer.processing_class),
             balancing=callback if set_aside else None, share=config.corpus_health_share,
             accelerator=trainer.accelerator))

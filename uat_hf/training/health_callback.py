@@ -46,10 +46,9 @@ class CorpusHealthCallback(TrainerCallback):
 
     def __init__(self, train_corpora: Mapping[str, Any], dev_corpora: Mapping[str, Any],
                  collate_fn: Callable[[list[dict]], dict], *, held_out: Mapping[str, Any] | None = None,
-                 checks: int = 3, tokens: int = 4096,
-                 sub_batch_tokens: int = 4096, seed: int = 0, language_code_ids: Collection[int] = (),
-                 balancing: CorpusBalancingCallback | None = None, share: float = 0.01,
-                 accelerator: Any = None) -> None:
+                 checks: int = 3, tokens: int = 4096, sub_batch_tokens: int = 4096, seed: int = 0,
+                 language_code_ids: Collection[int] = (), balancing: CorpusBalancingCallback | None = None,
+                 share: float = 0.01, accelerator: Any = None) -> None:
         if checks < 1:
             raise ValueError(f"corpus_health_checks must be >= 1 to build a CorpusHealthCallback, got {checks}.")
         #: Sets suspect corpora aside at ``share`` through it; ``None``: warn only.

@@ -61,11 +61,18 @@ def resume_settings(config: Any) -> dict[str, Any]:
     return settings
 
 
+def _saved_settings(saved: Mapping[str, Any], strategy: str) -> dict[str, Any]:
+    """The settings a checkpoint saved, in today's form: one saved before ``corpus_health_holdout`` existed held
+    nothing out (0), and one saved before its strategy's own settings left ``UATConfig`` has them as flat fields
+    (:func:`_moved_into_strategy_settings`)."""
+    if not saved:
+        return {}
+    return _moved_into_strategy_settings({"corpus_health_holdout": 0.0, **saved}, strategy)
+
+
 def _moved_into_strategy_settings(saved: Mapping[str, Any], strategy: str) -> dict[str, Any]:
     """The settings a checkpoint saved before its strategy's own settings left ``UATConfig``
     (:data:`MOVED_SETTINGS`: flat fields, ``None`` for a default), in today's form: ``strategy_settings`` in full."""
-    if saved:  # saved before the checks held pairs out of training: none were
-        saved = {"corpus_health_holdout": 0.0, **saved}
     cls = get_strategy(strategy)
     if cls.settings_class is None or not any(name in saved for name in MOVED_SETTINGS):
         return dict(saved)
@@ -114,7 +121,7 @@ def check_resume(folder: str, *, strategy: str, names: Sequence[str], settings: 
                          f"{list(names)}; resume with the same corpora in the same order, or start a new run in "
                          "another output_dir.")
     differ = [f"{name}={value!r} (this run gives {settings.get(name)!r})"
-              for name, value in _moved_into_strategy_settings(state.get("settings") or {}, strategy).items()
+              for name, value in _saved_settings(state.get("settings") or {}, strategy).items()
               if name in settings and not _same(value, settings[name])]
     if differ:
         raise ValueError(f"The checkpoint {folder!r} was trained with {'; '.join(differ)}: the resumed run would "
