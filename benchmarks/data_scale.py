@@ -9,8 +9,8 @@ the tiny preset and evaluates 8 test sentences per corpus. Measured from ``uat-t
 - start-up: process start to its first line about the data (imports, recipe);
 - preparation: from there to the line saying the prepared data was saved to (or read from) the preparation cache
   (the corpus audit, the tokenizer, cleaning and tokenization);
-- audit: the seconds the corpus audit reports (``corpus audit (Ns``), part of the preparation: it reads and cleans
-  each training corpus before the tokenizer is trained;
+- audit: the seconds the corpus audit reports (``corpus audit (Ns``), part of the preparation: it measures the pairs
+  the preparation cleaned, before the tokenizer is trained (0 when it is read from the preparation cache);
 - first batch: process start to the Trainer's first logged step (``logging_steps: 1``), i.e. the first batch trained,
   and the same less the start-up (what the data costs before training starts; start-up is imports, seconds on an
   idle machine but far more on a busy one);
@@ -150,9 +150,9 @@ def timed_run(config: Path, workers: int, env: dict, log: Path) -> tuple[float, 
             tail = (tail + [line])[-40:]
             if "Generating" in line or "[uat-hf]" in line:
                 seen.setdefault("corpora", now)
-            audit = re.search(r"\[uat-hf\] corpus audit \((\d+)s", line)
+            audit = re.search(r"\[uat-hf\] corpus audit \((\d+)s|\[uat-hf\] corpus audit \(read from", line)
             if audit:
-                seen["audit"] = float(audit.group(1))
+                seen["audit"] = float(audit.group(1) or 0)
             if "[uat-hf] prepared data" in line:
                 seen.setdefault("model", now)
             elif re.match(r"\{'loss'", line.strip()):

@@ -194,6 +194,32 @@ def test_the_failing_pairs_of_a_suspect_corpus_are_marked_for_dropping(bundled):
     assert copies.corpora["descriptions"].failing.mean() > 0.95
 
 
+def test_a_dataset_is_audited_as_its_pairs_are_and_the_report_round_trips_with_its_marks(bundled, tmp_path):
+    """A cleaned Dataset (read at its sampled pairs only) gives the report its pairs as lists give, failing marks
+    included; the report kept beside prepared data reads back equal, marks and all."""
+    import datasets
+
+    from uat_hf.data.audit.report_file import load_report, report_name, save_report
+
+    train, dev = bundled
+    sources, targets = train["bible"]
+    moved = targets[1:] + targets[:1]  # every pair misaligned
+    lists = {**train, "bible": (sources, moved)}
+    as_datasets = {name: datasets.Dataset.from_dict({"source": s, "target": t}).filter(lambda row: True)
+                   for name, (s, t) in lists.items()}
+    expected = audit_corpora(lists, dev, {name: LANGS for name in lists}, sample=600, seed=3, failing=True)
+    report = audit_corpora(as_datasets, dev, {name: LANGS for name in lists}, sample=600, seed=3, failing=True)
+    assert report.to_dict() == expected.to_dict() and report.suspects == ["bible"]
+    assert np.array_equal(report.corpora["bible"].failing, expected.corpora["bible"].failing)
+    name = report_name(3, 600, failing=True)
+    save_report(tmp_path, name, report)
+    kept = load_report(tmp_path, name)
+    assert kept.to_dict() == report.to_dict() and kept.table() == report.table()
+    assert np.array_equal(kept.corpora["bible"].failing, report.corpora["bible"].failing)
+    assert kept.corpora["dictionary"].failing is None and load_report(tmp_path, report_name(4, 600, True)) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.json", f"{name}.npz"]  # no temporary left
+
+
 def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys):
     """corpus_audit: drop end to end: dictionary with half its targets replaced by their sources trains on the
     others only; the report counts them; a corpus with no sound pair left is left out of training, and still

@@ -177,6 +177,44 @@ def test_a_second_run_reads_the_prepared_data_and_a_changed_field_or_file_does_n
     assert len(list(cache.iterdir())) == 4
 
 
+def test_the_audit_reads_the_pairs_the_preparation_cleans_and_is_kept_with_them(tmp_path, monkeypatch):
+    """Each training corpus is read and cleaned once, for the audit and the tokenizing both; a second run of the
+    recipe reads the audit from the preparation cache, a run with another corpus_audit action the same prepared
+    data, and a run with another seed audits again and keeps its own report beside the first."""
+    import uat_hf.data.audit as audit_package
+    from uat_hf.data import corpora
+
+    cleaned = []
+    original = corpora.preprocess
+
+    def counted(dataset, config, *, corpus, split="train", **kwargs):
+        cleaned.append((corpus, split))
+        return original(dataset, config, corpus=corpus, split=split, **kwargs)
+
+    monkeypatch.setattr(corpora, "preprocess", counted)
+    monkeypatch.setattr(preprocessing, "preprocess", counted)  # where the audit's own cleaning would find it
+    corpus_dir = bundled_copy(tmp_path)
+    first = prepare(*recipe_arguments(tmp_path, corpus_dir, "--corpus_audit", "drop"))
+    assert sorted(cleaned) == sorted({*cleaned})  # no split of any corpus cleaned twice
+    assert {("bible", "train"), ("dictionary", "train"), ("bible", "dev")} <= set(cleaned)
+    report = first[5]
+    assert set(report.corpora) == {"bible", "dictionary"} and report.corpora["bible"].pairs == len(first[1]["bible"])
+    folder = next(p for p in (tmp_path / "cache").iterdir() if not p.name.startswith("."))
+    assert sorted(p.name for p in folder.glob("audit-*")) == ["audit-seed42-sample4000-failing.json"]
+
+    def no_audit(*args, **kwargs):
+        raise AssertionError("the corpora were audited again instead of read from the preparation cache")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(audit_package, "audit_specs", no_audit)
+        again = prepare(*recipe_arguments(tmp_path, corpus_dir, "--corpus_audit", "drop"))
+    assert again[5].to_dict() == report.to_dict()
+    warned = prepare(*recipe_arguments(tmp_path, corpus_dir, "--corpus_audit", "warn"))  # the same prepared data
+    assert warned[5].to_dict() == report.to_dict() and len(list((tmp_path / "cache").iterdir())) == 1
+    reseeded = prepare(*recipe_arguments(tmp_path, corpus_dir, "--corpus_audit", "drop", "--seed", "7"))
+    assert reseeded[5].seed == 7 and len(list(folder.glob("audit-seed7-*.json"))) == 1
+
+
 def test_the_cache_defaults_to_the_datasets_cache_and_skips_unpinned_hub_corpora(tmp_path, monkeypatch):
     from uat_hf.data.preparation_cache import cache_root
 

@@ -18,30 +18,32 @@ from collections.abc import Sequence
 
 from ..utils.logging import set_verbosity
 from .arguments import DataArguments
-from .train_data import build_specs, streams
+from .train_data import build_specs, preprocessing_for, streams
 
 logger = logging.getLogger(__name__)
 
 
-def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0):
+def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0, cleaned=None, kept=None):
     """The :class:`~uat_hf.data.audit.AuditReport` of ``specs`` as the run cleans them, printed; ``None`` when
-    ``corpus_audit`` is off. A streamed corpus is audited on its first pairs (no random access to a stream)."""
+    ``corpus_audit`` is off. A streamed corpus is audited on its first pairs (no random access to a stream).
+    ``cleaned``: the pairs the run's preparation read and cleaned (:func:`~uat_hf.data.corpora.clean_corpora`),
+    audited as they are; ``kept``: the report the preparation cache kept for this run, printed, not measured
+    again."""
     if data_args.corpus_audit == "off":
         return None
     import time
 
     from ..data.audit import audit_specs
-    from ..data.preprocessing import PreprocessingConfig
 
     start = time.monotonic()
-    streamed = [spec.name for spec in specs if streams(spec, data_args)]
-    preprocessing = PreprocessingConfig(max_length_ratio=data_args.max_length_ratio,
-                                        max_source_words=data_args.max_source_words,
-                                        max_target_words=data_args.max_target_words, dedupe=data_args.dedupe)
-    report = audit_specs(specs, preprocessing, seed=seed, cache_dir=data_args.dataset_cache_dir, streamed=streamed,
-                         failing=data_args.corpus_audit == "drop")
-    seconds = time.monotonic() - start
-    logger.info(f"corpus audit ({seconds:.0f}s; corpus_audit={data_args.corpus_audit}):\n{report.table()}")
+    report = kept
+    if report is None:
+        streamed = [spec.name for spec in specs if streams(spec, data_args)]
+        report = audit_specs(specs, preprocessing_for(data_args), seed=seed, cache_dir=data_args.dataset_cache_dir,
+                             streamed=streamed, failing=data_args.corpus_audit == "drop", cleaned=cleaned,
+                             num_proc=data_args.preprocessing_num_workers)
+    where = "read from the preparation cache" if kept is not None else f"{time.monotonic() - start:.0f}s"
+    logger.info(f"corpus audit ({where}; corpus_audit={data_args.corpus_audit}):\n{report.table()}")
     for name in report.suspects:
         audit = report.corpora[name]
         dropped = 0 if audit.failing is None else int(audit.failing.sum())

@@ -77,7 +77,7 @@ def prepare(
     from ..sampling.priors import corpus_probabilities_for
     from ..training.resume_check import check_resume, check_trainer_resume, resume_settings
     from ..training.uat_trainer import UATTrainer
-    from .audit import audited_sizes, run_audit, without_failing_pairs
+    from .audit import audited_sizes, without_failing_pairs
     from .checkpoint_prompt import PromptInCheckpoints
     from .preparation import prepare_data
     from .time_budget import TimeBudgetCallback
@@ -135,9 +135,8 @@ def prepare(
     if resume and os.path.isfile(os.path.join(resume, BALANCING_STATE_FILE)):  # before anything is written
         check_resume(resume, strategy=training_args.strategy, names=[s.name for s in specs],
                      settings=resume_settings(training_args))
-    audit = run_audit(data_args, specs, seed=training_args.seed)  # before any tokenizing: seconds, not minutes
-    tokenizer, train, dev, eval_corpora, ood = prepare_data(training_args, data_args, model_args, specs, eval_specs,
-                                                            tags, tag_of, eval_tag_of, prompt, resume_from=resume)
+    tokenizer, train, dev, eval_corpora, ood, audit = prepare_data(
+        training_args, data_args, model_args, specs, eval_specs, tags, tag_of, eval_tag_of, prompt, resume_from=resume)
     if data_args.corpus_audit == "drop":  # a corpus left out of training keeps its test set, not its dev set
         train = without_failing_pairs(audit, train)
         dev = {name: dataset for name, dataset in dev.items() if name in train}

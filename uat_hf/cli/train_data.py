@@ -158,17 +158,21 @@ def causal_prompt(data_args):
         raise InputError(f"prompt_template: {error}") from None
 
 
-def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, eval_tag_of, prompt=None):
+def preprocessing_for(data_args: DataArguments) -> PreprocessingConfig:
+    """The cleaning of the run's training pairs, from its data fields."""
+    return PreprocessingConfig(max_length_ratio=data_args.max_length_ratio,
+                               max_source_words=data_args.max_source_words,
+                               max_target_words=data_args.max_target_words, dedupe=data_args.dedupe)
+
+
+def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, eval_tag_of, prompt=None,
+              cleaned=None):
     """``prompt`` (a :class:`~uat_hf.data.causal_data.CausalPrompt`): prompt + completion examples for a
-    decoder-only model, which take no tags."""
+    decoder-only model, which take no tags. ``cleaned``: pairs already read and cleaned
+    (:func:`~uat_hf.data.corpora.clean_corpora`, ``{split: {corpus: Dataset}}``), tokenized as they are."""
     from ..data.corpora import load_corpora
 
-    preprocessing = PreprocessingConfig(
-        max_length_ratio=data_args.max_length_ratio,
-        max_source_words=data_args.max_source_words,
-        max_target_words=data_args.max_target_words,
-        dedupe=data_args.dedupe,
-    )
+    preprocessing = preprocessing_for(data_args)
     common = dict(
         max_source_length=data_args.max_source_length,
         max_target_length=data_args.max_target_length,
@@ -182,7 +186,8 @@ def load_data(data_args: DataArguments, specs, eval_specs, tokenizer, tag_of, ev
     common.update(language_codes=data_args.language_codes)
     streamed = [spec for spec in specs if streams(spec, data_args)]
     data = load_corpora([spec for spec in specs if spec not in streamed], tokenizer, preprocessing,
-                        splits=data_args.split_names(), tags=data_args.language_tags if codes else tag_of, **common)
+                        splits=data_args.split_names(), tags=data_args.language_tags if codes else tag_of,
+                        cleaned=cleaned, **common)
     if streamed:  # the train split streams, dev and test load as usual
         splits = [split for split in data_args.split_names() if split != "train"]
         rest = load_corpora(streamed, tokenizer, preprocessing, splits=splits,

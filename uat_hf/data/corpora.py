@@ -66,6 +66,7 @@ __all__ = [
     "check_tags_in_vocab",
     "corpus_specs_from_directory",
     "corpus_tags",
+    "clean_corpora",
     "language_tag",
     "load_corpora",
     "load_corpus_split",
@@ -120,8 +121,12 @@ def load_corpora(
     num_proc: int | None = None,
     cache_dir: str | None = None,
     prompt: CausalPrompt | None = None,
+    cleaned: Mapping[str, Mapping[str, datasets.Dataset]] | None = None,
 ) -> dict[str, dict[str, datasets.Dataset]]:
     """Load, preprocess, tag and tokenize every corpus: ``{split: {corpus_name: Dataset}}``.
+
+    ``cleaned``: pairs :func:`clean_corpora` already read and cleaned with the same ``preprocessing``, ``{split:
+    {corpus_name: Dataset}}``, tagged and tokenized as they are instead of being read again.
 
     ``preprocessing`` defaults to ``PreprocessingConfig()``; ``tags`` as in :func:`corpus_tags` (tags are
     checked to be single tokens of ``tokenizer`` before any data is read). With ``tags`` a language-code scheme
@@ -152,8 +157,9 @@ def load_corpora(
             if spec.split_location(split) is None:
                 logger.info("Corpus %r has no %r split; skipped.", spec.name, split)
                 continue
-            raw = load_corpus_split(spec, split, cache_dir=cache_dir)
-            pairs = preprocess(raw, preprocessing, corpus=spec.name, split=split, num_proc=num_proc)
+            pairs = (cleaned or {}).get(split, {}).get(spec.name)
+            if pairs is None:
+                pairs = _clean(spec, split, preprocessing, cache_dir, num_proc)
             if prompt is not None:
                 result[split][spec.name] = tokenize_causal_corpus(
                     pairs, tokenizer, spec, prompt, max_source_length=max_source_length,
@@ -166,6 +172,24 @@ def load_corpora(
                 num_proc=num_proc, languages=codes.get(spec.name),
             )
     return result
+
+
+def clean_corpora(specs: Sequence[CorpusSpec], preprocessing: PreprocessingConfig | None = None, *,
+                  splits: Sequence[str] = ("train", "dev"), num_proc: int | None = None, cache_dir: str | None = None,
+                  ) -> dict[str, dict[str, datasets.Dataset]]:
+    """Read and clean the ``splits`` of every corpus (:func:`load_corpus_split`, then
+    :func:`~uat_hf.data.preprocessing.preprocess`): ``{split: {corpus_name: Dataset}}`` of ``source``/``target``
+    pairs, a split a spec does not define left out. A caller that looks at the cleaned pairs before tokenizing them
+    (the corpus audit) passes them to :func:`load_corpora` as its ``cleaned``, so that each corpus is cleaned once."""
+    preprocessing = preprocessing or PreprocessingConfig()
+    return {split: {spec.name: _clean(spec, split, preprocessing, cache_dir, num_proc) for spec in specs
+                    if spec.split_location(split) is not None} for split in splits}
+
+
+def _clean(spec: CorpusSpec, split: str, preprocessing: PreprocessingConfig, cache_dir: str | None,
+           num_proc: int | None) -> datasets.Dataset:
+    raw = load_corpus_split(spec, split, cache_dir=cache_dir)
+    return preprocess(raw, preprocessing, corpus=spec.name, split=split, num_proc=num_proc)
 
 
 # --- reading helpers ---------------------------------------------------------------------------------------

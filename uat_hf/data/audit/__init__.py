@@ -2,37 +2,53 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from .corpus_audit import SIGNALS, AuditReport, CorpusAudit, SignalRate, audit_corpora
+import datasets
+import numpy as np
 
-__all__ = ["SIGNALS", "AuditReport", "CorpusAudit", "SignalRate", "audit_corpora", "audit_specs"]
+from . import signals
+from .corpus_audit import SAMPLE, SIGNALS, AuditReport, CorpusAudit, SignalRate, audit_corpora
+
+__all__ = ["SAMPLE", "SIGNALS", "AuditReport", "CorpusAudit", "SignalRate", "audit_corpora", "audit_specs"]
 
 
-def audit_specs(specs: Sequence, preprocessing, *, sample: int = 4000, seed: int = 0, cache_dir: str | None = None,
-                streamed: Collection[str] = (), failing: bool = False) -> AuditReport:
+def audit_specs(specs: Sequence, preprocessing, *, sample: int = SAMPLE, seed: int = 0, cache_dir: str | None = None,
+                streamed: Collection[str] = (), failing: bool = False,
+                cleaned: Mapping[str, Mapping[str, datasets.Dataset]] | None = None,
+                num_proc: int | None = None) -> AuditReport:
     """Audit the corpora of ``specs`` (:class:`~uat_hf.data.corpus_specs.CorpusSpec`) as a run reads them: the
     training pairs after ``preprocessing`` (the run's cleaning, a :class:`~uat_hf.data.preprocessing.
     PreprocessingConfig`), against each corpus's dev pairs. A corpus without a dev split is reported, not judged.
+    ``cleaned``: the pairs :func:`~uat_hf.data.corpora.clean_corpora` read and cleaned for the run, ``{split:
+    {corpus: Dataset}}``, audited as they are (a corpus missing there is read and cleaned here). Every training
+    pair is hashed for the repeat signal in ``num_proc`` processes; otherwise only the sampled pairs are read.
     A corpus named in ``streamed`` is read as the run streams it, and audited on its first ``sample`` pairs (a stream
     has no random access); its size is the one its metadata gives, when it gives one. ``failing``: mark the failing
     pairs of each suspect corpus (:attr:`~uat_hf.data.audit.corpus_audit.CorpusAudit.failing`; not of a stream)."""
-    from ..corpora import load_corpus_split
+    from ..corpora import clean_corpora
     from ..preprocessing import preprocess
 
-    train, dev, sizes = {}, {}, {}
+    def cleaned_split(spec, split: str) -> datasets.Dataset:
+        given = (cleaned or {}).get(split, {}).get(spec.name)
+        if given is not None:
+            return given
+        return clean_corpora([spec], preprocessing, splits=(split,), num_proc=num_proc, cache_dir=cache_dir)[split][
+            spec.name]
+
+    train, dev, sizes, keys = {}, {}, {}, {}
     for spec in specs:
         if spec.name in streamed:
             pairs, sizes[spec.name] = _stream_head(spec, sample, cache_dir)
+            train[spec.name] = preprocess(pairs, preprocessing, corpus=spec.name)
         else:
-            pairs = load_corpus_split(spec, "train", cache_dir=cache_dir)
-        train[spec.name] = _columns(preprocess(pairs, preprocessing, corpus=spec.name))
+            train[spec.name] = cleaned_split(spec, "train")
+        keys[spec.name] = _pair_keys(train[spec.name], spec.name, num_proc)
         if spec.split_location("dev") is not None:
-            pairs = preprocess(load_corpus_split(spec, "dev", cache_dir=cache_dir), preprocessing, corpus=spec.name,
-                               split="dev")
-            dev[spec.name] = _columns(pairs)
+            pairs = cleaned_split(spec, "dev").select_columns(["source", "target"]).to_dict()
+            dev[spec.name] = pairs["source"], pairs["target"]
     languages = {spec.name: (spec.source_lang, spec.target_lang) for spec in specs}
-    report = audit_corpora(train, dev, languages, sample=sample, seed=seed, failing=failing)
+    report = audit_corpora(train, dev, languages, sample=sample, seed=seed, failing=failing, keys=keys)
     for name, size in sizes.items():
         audit = report.corpora[name]
         audit.streamed, audit.failing = True, None  # a stream's first pairs only: nothing to drop by index
@@ -40,20 +56,27 @@ def audit_specs(specs: Sequence, preprocessing, *, sample: int = 4000, seed: int
     return report
 
 
+def _pair_keys(pairs: datasets.Dataset, corpus: str, num_proc: int | None) -> np.ndarray:
+    """:func:`~.signals.pair_keys` of every pair, hashed in ``num_proc`` processes (``datasets`` keeps the result
+    in its cache beside the cleaned corpus, so a rerun reads it)."""
+    workers = num_proc if num_proc and num_proc > 1 and len(pairs) >= 2 * _KEY_BATCH else None
+    hashed = pairs.map(_key_batch, batched=True, batch_size=_KEY_BATCH, num_proc=workers,
+                       remove_columns=pairs.column_names, desc=f"{corpus}/train: audit keys")
+    return hashed.with_format("numpy")[:]["key"]
+
+
+_KEY_BATCH = 10_000
+
+
+def _key_batch(batch: dict) -> dict:
+    return {"key": signals.pair_keys(batch["source"], batch["target"])}
+
+
 def _stream_head(spec, count: int, cache_dir: str | None):
     """The first ``count`` training pairs of a streamed corpus, and its size from metadata (``None``: unknown)."""
     from itertools import islice
-
-    import datasets
 
     from ..streams import load_corpus_stream, stream_size
 
     rows = list(islice(load_corpus_stream(spec, cache_dir=cache_dir), count))
     return datasets.Dataset.from_list(rows), stream_size(spec)
-
-
-def _columns(pairs) -> tuple[list[str], list[str]]:
-    """The two text columns as lists, read at once (indexing a Dataset row by row is far slower). Through
-    ``to_dict``, which applies the rows a filter kept: the Arrow table under a filtered Dataset still holds all."""
-    columns = pairs.select_columns(["source", "target"]).to_dict()
-    return columns["source"], columns["target"]

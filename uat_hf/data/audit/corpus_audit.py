@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+import datasets
 import numpy as np
 
 from . import signals
@@ -32,6 +33,8 @@ SIGNALS = {
     "fluency": "target bigram score below the dev pairs' 5th percentile",
 }
 MARGIN, Z_THRESHOLD = 0.10, 4.0
+#: The training pairs sampled per corpus.
+SAMPLE = 4000
 #: The dev pairs a corpus needs for its rates to mean anything.
 MIN_DEV_PAIRS = 50
 #: The model-based signals fail a pair below this quantile of the dev pairs' own scores.
@@ -110,6 +113,17 @@ class AuditReport:
         return {"sample": self.sample, "seed": self.seed, "thresholds": {"margin": MARGIN, "z": Z_THRESHOLD},
                 "corpora": {name: audit.to_dict() for name, audit in self.corpora.items()}}
 
+    @classmethod
+    def from_dict(cls, data: Mapping) -> AuditReport:
+        """The report :meth:`to_dict` wrote, without the failing marks (which JSON does not hold)."""
+        corpora = {}
+        for name, fields in data["corpora"].items():
+            kept = {key: value for key, value in fields.items()
+                    if key in CorpusAudit.__dataclass_fields__ and key != "failing"}
+            kept["signals"] = {signal: SignalRate(**rate) for signal, rate in kept["signals"].items()}
+            corpora[name] = CorpusAudit(**kept)
+        return cls(corpora, data["sample"], data["seed"])
+
     def table(self) -> str:
         """The audit as text: per corpus its pairs, effective size, each signal's training share and, in
         brackets, its dev set's, ``!`` where the signal sets the training pairs apart, and the verdict."""
@@ -130,32 +144,36 @@ class AuditReport:
         return "\n".join(lines)
 
 
-def audit_corpora(train: Mapping[str, Pairs], dev: Mapping[str, Pairs], languages: Mapping[str, tuple[str, str]],
-                  *, sample: int = 4000, seed: int = 0, failing: bool = False) -> AuditReport:
-    """Audit every corpus of ``train`` (name → (sources, targets), after the run's cleaning) against its dev pairs
-    in ``dev``; ``languages``: name → (source language, target language), as the corpus specs declare them.
-    ``failing``: also mark, in every pair of each suspect corpus, those failing its flagged signals
-    (:attr:`CorpusAudit.failing`; the thresholds are the sample's)."""
+def audit_corpora(train: Mapping[str, Pairs | datasets.Dataset], dev: Mapping[str, Pairs],
+                  languages: Mapping[str, tuple[str, str]], *, sample: int = SAMPLE, seed: int = 0,
+                  failing: bool = False, keys: Mapping[str, np.ndarray] | None = None) -> AuditReport:
+    """Audit every corpus of ``train`` (name → (sources, targets), or a Dataset with ``source`` and ``target``
+    columns, after the run's cleaning) against its dev pairs in ``dev``; ``languages``: name → (source language,
+    target language), as the corpus specs declare them. A Dataset is read at its sampled pairs only (and at every
+    pair of a suspect corpus when ``failing``). ``keys``: name → :func:`~.signals.pair_keys` of every training
+    pair, when the caller hashed them already; otherwise they are hashed here. ``failing``: also mark, in every
+    pair of each suspect corpus, those failing its flagged signals (:attr:`CorpusAudit.failing`; the thresholds
+    are the sample's)."""
     rng = np.random.default_rng(seed)
-    picked = {name: rng.permutation(len(pairs[0]))[:sample] for name, pairs in train.items()}
+    picked = {name: rng.permutation(_size(pairs))[:sample] for name, pairs in train.items()}
     halves = {name: (idx[0::2], idx[1::2]) for name, idx in picked.items()}
-    fit_s = [train[n][0][i] for n, (a, _) in halves.items() for i in a]
-    fit_t = [train[n][1][i] for n, (a, _) in halves.items() for i in a]
+    sampled = {name: _take(train[name], idx) for name, idx in picked.items()}  # in the order of ``picked``
+    fit_s = [source for sources, _ in sampled.values() for source in sources[0::2]]
+    fit_t = [target for _, targets in sampled.values() for target in targets[0::2]]
     lexical, fluency = signals.LexicalModel(fit_s, fit_t), signals.FluencyModel(fit_t)
     report = AuditReport({}, sample, seed)
-    for name, (sources, targets) in train.items():
+    for name, pairs in train.items():
         dev_sources, dev_targets = dev.get(name, ((), ()))
-        audit = CorpusAudit(name, len(sources), len(picked[name]), len(dev_sources))
+        audit = CorpusAudit(name, _size(pairs), len(picked[name]), len(dev_sources))
         report.corpora[name] = audit
         if len(dev_sources) < MIN_DEV_PAIRS:
             audit.not_measurable = f"{len(dev_sources)} dev pairs, fewer than {MIN_DEV_PAIRS}"
             continue
-        idx, held_out = picked[name], halves[name][1]
-        s, t = [sources[i] for i in idx], [targets[i] for i in idx]
+        idx, (s, t) = picked[name], sampled[name]
         fails = _rule_fails(s, t, dev_sources, dev_targets, languages[name])
-        repeats = signals.repeated(sources, targets)
+        repeats = signals.repeated_keys(keys[name] if keys and name in keys else signals.pair_keys(*_every(pairs)))
         fails["repeat"] = (repeats[idx], signals.repeated(dev_sources, dev_targets))
-        hs, ht = [sources[i] for i in held_out], [targets[i] for i in held_out]
+        hs, ht = s[1::2], t[1::2]  # the held-out half, which the two models did not see
         dev_scores = lexical.scores(dev_sources, dev_targets)  # NaN (nothing the model knows) never fails
         lexical_floor = max(LEXICAL_COVERAGE, float(np.nanquantile(dev_scores, DEV_QUANTILE)))
         fails["lexical"] = (lexical.scores(hs, ht) < lexical_floor, dev_scores < lexical_floor)
@@ -166,8 +184,10 @@ def audit_corpora(train: Mapping[str, Pairs], dev: Mapping[str, Pairs], language
             audit.signals[signal] = _compare(*fails[signal])
         audit.clean_share = _clean_share(audit, fails, picked[name], halves[name][1])
         if failing and audit.flagged:
-            every = _rule_fails(sources, targets, dev_sources, dev_targets, languages[name])
-            every = {signal: fail for signal, (fail, _) in every.items()}
+            sources, targets = _every(pairs)
+            rules = [signal for signal in audit.flagged if signal in RULE_SIGNALS]
+            every = {signal: fail for signal, (fail, _) in
+                     _rule_fails(sources, targets, dev_sources, dev_targets, languages[name], rules).items()}
             every["repeat"] = repeats
             if "lexical" in audit.flagged:
                 every["lexical"] = lexical.scores(sources, targets) < lexical_floor
@@ -177,17 +197,46 @@ def audit_corpora(train: Mapping[str, Pairs], dev: Mapping[str, Pairs], language
     return report
 
 
-def _rule_fails(sources, targets, dev_sources, dev_targets, languages: tuple[str, str]) -> dict:
+#: The signals that are rules on a pair and its dev set (no model fitted on the sample).
+RULE_SIGNALS = ("copy", "language", "length")
+
+
+def _size(pairs) -> int:
+    return len(pairs) if isinstance(pairs, datasets.Dataset) else len(pairs[0])
+
+
+def _take(pairs, idx: np.ndarray) -> tuple[list[str], list[str]]:
+    if isinstance(pairs, datasets.Dataset):
+        rows = pairs.select(idx).select_columns(["source", "target"]).to_dict()
+        return rows["source"], rows["target"]
+    return [pairs[0][i] for i in idx], [pairs[1][i] for i in idx]
+
+
+def _every(pairs) -> Pairs:
+    """Every pair, as two lists. Through ``to_dict``, which applies the rows a filter kept: the Arrow table under
+    a filtered Dataset still holds all, and indexing a Dataset row by row is far slower."""
+    if isinstance(pairs, datasets.Dataset):
+        columns = pairs.select_columns(["source", "target"]).to_dict()
+        return columns["source"], columns["target"]
+    return pairs
+
+
+def _rule_fails(sources, targets, dev_sources, dev_targets, languages: tuple[str, str],
+                wanted: Sequence[str] = RULE_SIGNALS) -> dict:
     source_lang, target_lang = languages
-    out = {"copy": (signals.copied(sources, targets), signals.copied(dev_sources, dev_targets)),
-           "language": (signals.wrong_language(sources, source_lang) | signals.wrong_language(targets, target_lang),
-                        signals.wrong_language(dev_sources, source_lang)
-                        | signals.wrong_language(dev_targets, target_lang))}
-    dev_ratio = signals.length_log_ratios(dev_sources, dev_targets)
-    centre = float(np.median(dev_ratio))
-    spread = LENGTH_BAND * max(1.4826 * float(np.median(np.abs(dev_ratio - centre))), 0.05)
-    out["length"] = (np.abs(signals.length_log_ratios(sources, targets) - centre) > spread,
-                     np.abs(dev_ratio - centre) > spread)
+    out = {}
+    if "copy" in wanted:
+        out["copy"] = (signals.copied(sources, targets), signals.copied(dev_sources, dev_targets))
+    if "language" in wanted:
+        out["language"] = (
+            signals.wrong_language(sources, source_lang) | signals.wrong_language(targets, target_lang),
+            signals.wrong_language(dev_sources, source_lang) | signals.wrong_language(dev_targets, target_lang))
+    if "length" in wanted:
+        dev_ratio = signals.length_log_ratios(dev_sources, dev_targets)
+        centre = float(np.median(dev_ratio))
+        spread = LENGTH_BAND * max(1.4826 * float(np.median(np.abs(dev_ratio - centre))), 0.05)
+        out["length"] = (np.abs(signals.length_log_ratios(sources, targets) - centre) > spread,
+                         np.abs(dev_ratio - centre) > spread)
     return out
 
 

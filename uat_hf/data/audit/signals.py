@@ -14,6 +14,7 @@ would otherwise look adequate.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 from collections import Counter
@@ -49,15 +50,29 @@ def copied(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
     return out
 
 
+def pair_keys(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+    """A 64-bit hash of each pair's normalised source and target (:func:`normalised`): equal for near-duplicates.
+    Stable across processes and runs (blake2b, not Python's salted ``hash``), so that batches hashed in worker
+    processes, or cached by ``datasets``, compare with each other."""
+    out = np.empty(len(sources), dtype=np.int64)
+    for k, (source, target) in enumerate(zip(sources, targets)):
+        key = f"{normalised(source)}\0{normalised(target)}".encode()
+        out[k] = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little", signed=True)
+    return out
+
+
+def repeated_keys(keys: np.ndarray) -> np.ndarray:
+    """Of pair keys in corpus order (:func:`pair_keys`), those that occurred earlier: every occurrence but the
+    first."""
+    out = np.ones(len(keys), dtype=bool)
+    out[np.unique(keys, return_index=True)[1]] = False
+    return out
+
+
 def repeated(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
     """A pair whose normalised source and target both occurred earlier in the corpus (the copies of a pair, not
     its first occurrence): what exact dedupe misses when only case, punctuation or spacing differ."""
-    seen: set[tuple[str, str]] = set()
-    out = np.zeros(len(sources), dtype=bool)
-    for k, key in enumerate(zip(map(normalised, sources), map(normalised, targets))):
-        out[k] = key in seen
-        seen.add(key)
-    return out
+    return repeated_keys(pair_keys(sources, targets))
 
 
 @functools.cache
