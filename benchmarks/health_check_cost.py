@@ -1,0 +1,101 @@
+"""The corpus-health checks' cost: the same static run with and without them, interleaved, through ``UATTrainer``.
+
+Each round trains the run twice from the same seed, once with ``corpus_health_checks`` K (the checks' training
+samples held out, ``corpus_health_holdout``) and once with the checks off, so that a drift of the machine hits both
+alike. Per variant it prints the median and the spread of the end-to-end time; for the checked runs also the time
+inside the checks (``CorpusHealthCallback.check``, wrapped) and so the seconds of one check, t_check, and of one
+training step of the unchecked run, t_step. The cost at a run of S steps with C checks is C·t_check / (S·t_step):
+printed for the demo's shape (``--demo-steps`` 1950, ``--demo-checks`` 3; recipes/demo.yaml), with the measured
+paired e2e overhead of the benchmark's own runs beside it.
+
+The defaults are the demo's model and batches: regime A's model (the ``small`` preset at d_model 192, 2+2 layers),
+mixed batches of at most 1,000 tokens, the 4 bundled corpora, 4,096-token check samples.
+
+Prints a table and, last, ``health_check_percent_at_demo=<x>`` (medians).
+
+    python benchmarks/health_check_cost.py [--steps 300] [--checks 3] [--repeats 3] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from training_overhead import STATIC, add_setup_arguments, load_data, make_trainer
+
+from uat_hf.training.health_callback import CorpusHealthCallback
+
+DEMO_MODEL = ('{"d_model": 192, "encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": 768, '
+              '"decoder_ffn_dim": 768}')
+
+
+def timed_run(options: argparse.Namespace, tokenizer: Any, data: dict, checks: int) -> dict[str, float]:
+    """Train once; the wall time of ``trainer.train()``, the seconds inside the checks and their number."""
+    config = {"corpus_health_checks": checks, "corpus_health_tokens": options.health_tokens,
+              "mix_corpora": True}
+    with tempfile.TemporaryDirectory() as out:
+        trainer = make_trainer(options, tokenizer, data, STATIC, out, options.steps, options.steps + 1, **config)
+        inside = {"in_checks": 0.0, "checks": 0}
+        health = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, CorpusHealthCallback)]
+        if checks and len(health) != 1:
+            raise RuntimeError(f"expected one corpus-health callback with corpus_health_checks={checks}, found "
+                               f"{len(health)}")
+        for callback in health:
+            measure = callback.check
+
+            def timed(*args: Any, _measure=measure, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return _measure(*args, **kwargs)
+                finally:
+                    inside["in_checks"] += time.perf_counter() - start
+                    inside["checks"] += 1
+
+            callback.check = timed
+        start = time.perf_counter()
+        trainer.train()
+        return {"e2e": time.perf_counter() - start, **inside}
+
+
+def main(argv: Sequence[str] | None = None) -> float:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_setup_arguments(parser)
+    parser.set_defaults(model_overrides=json.loads(DEMO_MODEL), max_tokens=1000, vocab=3000, examples=20_000)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--checks", type=int, default=3, help="corpus_health_checks of the checked runs.")
+    parser.add_argument("--health-tokens", type=int, default=4096, help="corpus_health_tokens.")
+    parser.add_argument("--repeats", type=int, default=3, help="Rounds of (checked, unchecked) runs.")
+    parser.add_argument("--demo-steps", type=int, default=1950)
+    parser.add_argument("--demo-checks", type=int, default=3)
+    options = parser.parse_args(argv)
+    tokenizer, data = load_data(options)
+    timed_run(options, tokenizer, data, options.checks)  # warm-up, untimed: thread pools, allocator, the samples
+    runs = {"checked": [], "unchecked": []}
+    for _ in range(options.repeats):
+        runs["checked"].append(timed_run(options, tokenizer, data, options.checks))
+        runs["unchecked"].append(timed_run(options, tokenizer, data, 0))
+    for variant, mine in runs.items():
+        e2e = [r["e2e"] for r in mine]
+        print(f"{variant:<10} e2e median {statistics.median(e2e):8.2f} s [{min(e2e):.2f}-{max(e2e):.2f}]"
+              + (f"; inside the checks median {statistics.median(r['in_checks'] for r in mine):.2f} s over "
+                 f"{mine[0]['checks']} checks" if variant == "checked" else ""))
+    t_check = statistics.median(r["in_checks"] / max(r["checks"], 1) for r in runs["checked"])
+    t_step = statistics.median(r["e2e"] for r in runs["unchecked"]) / options.steps
+    paired = [c["e2e"] / u["e2e"] - 1 for c, u in zip(runs["checked"], runs["unchecked"])]
+    share = options.demo_checks * t_check / (options.demo_steps * t_step)
+    print(f"t_check {t_check:.2f} s, t_step {t_step * 1000:.1f} ms (the unchecked run's e2e / steps); paired e2e "
+          f"overhead of these {options.steps}-step runs: median {100 * statistics.median(paired):+.2f}% "
+          f"[{', '.join(f'{100 * v:+.2f}%' for v in paired)}]")
+    print(f"at the demo's shape: {options.demo_checks} x {t_check:.2f} s / ({options.demo_steps} x "
+          f"{t_step * 1000:.1f} ms)")
+    print(f"health_check_percent_at_demo={100 * share:.2f}")
+    return share
+
+
+if __name__ == "__main__":
+    main()
