@@ -174,3 +174,54 @@ def test_attach_balancing_takes_balancing_arguments_over_the_trainer_args(tmp_pa
     late = UATConfig(output_dir=str(tmp_path / "late"), strategy="multiuat", report_to=[], use_cpu=True)
     with pytest.raises(RuntimeError, match="reset accelerate's state under the trainer"):
         attach_balancing(trainer, causal_corpora["train"], causal_corpora["dev"], config=late)
+
+
+def test_the_health_checks_see_a_misaligned_corpus_of_a_causal_lm(tmp_path, tokenizer, caplog):
+    """A decoder-only model is checked too, its completions after another sentence's prompt: a tiny llama that has
+    learned 8 pairs of each corpus finds bible's misaligned pairs suspect, the others as sound as their dev pairs."""
+    import logging
+
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq
+
+    from uat_hf.data.causal_data import tokenize_causal_corpus
+    from uat_hf.data.corpora import load_corpus_split
+    from uat_hf.evaluation.corpus_health import draw_health_sample
+    from uat_hf.training.health_callback import CorpusHealthCallback
+
+    def tokenized(spec, pairs):
+        return tokenize_causal_corpus(pairs, tokenizer, spec, CausalPrompt(), max_source_length=24,
+                                      max_target_length=24).select_columns(["input_ids", "attention_mask", "labels"])
+
+    aligned, misaligned = {}, None
+    for spec in multidomain_specs(8):
+        raw = load_corpus_split(spec, "train")
+        aligned[spec.name] = tokenized(spec, raw)
+        if spec.name == "bible":
+            misaligned = tokenized(spec, Dataset.from_dict({"source": raw["source"][:],
+                                                            "target": raw["target"][1:] + raw["target"][:1]}))
+    # The mismatched version of an example: the neighbour's prompt, then its own completion and labels.
+    collate = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
+    sample = draw_health_sample(aligned["bible"], aligned["bible"], lambda rows: rows, tokens=10_000,
+                                sub_batch_tokens=10_000, seed=0, causal=True)
+    (rows,), (swapped,) = sample.train
+    for row, other, mixed in zip(rows, rows[-1:] + rows[:-1], swapped):
+        own, theirs = (next(i for i, label in enumerate(r["labels"]) if label != -100) for r in (row, other))
+        assert mixed["input_ids"] == other["input_ids"][:theirs] + row["input_ids"][own:]
+        assert mixed["labels"] == [-100] * theirs + row["labels"][own:]
+
+    model = causal_model(tokenizer, "llama")
+    warmup = balancing_config(tmp_path / "warmup", strategy="proportional", max_steps=400, learning_rate=5e-3,
+                              save_strategy="no", corpus_health_checks=0, logging_steps=1000)
+    UATTrainer(model, warmup, train_corpora=aligned, processing_class=tokenizer, data_collator=collate).train()
+    args = balancing_config(tmp_path / "out", strategy="proportional", max_steps=4, learning_rate=1e-6,
+                            save_strategy="no", corpus_health_checks=2, corpus_health_tokens=100_000)
+    trainer = UATTrainer(model, args, train_corpora=dict(aligned, bible=misaligned), dev_corpora=aligned,
+                         processing_class=tokenizer, data_collator=collate)
+    health = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
+    with caplog.at_level(logging.WARNING, logger="uat_hf.training.health_callback"):
+        trainer.train()
+    shares = dict(zip(health.last.names, health.last.share))
+    assert health.last.suspects() == ["bible"] and shares["bible"] < 0.2, shares
+    assert all(abs(s - 1.0) < 1e-6 for n, s in shares.items() if n != "bible"), shares  # train sample == dev
+    assert any("'bible'" in r.getMessage() for r in caplog.records)

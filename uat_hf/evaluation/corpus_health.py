@@ -34,7 +34,8 @@ from torch import nn
 from ..models.modes import model_device, restored_modes
 from ..models.targets import scored_mask, target_logits
 from ..sampling.packing import draw_token_batch, example_lengths, split_by_tokens
-from ..utils.columns import MODEL_COLUMNS
+from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS
+from .causal_eval import prompt_lengths
 
 __all__ = ["CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample", "hold_out_pairs",
            "suspect_corpora", "suspect_z"]
@@ -186,8 +187,10 @@ class HealthSample:
 
 
 def draw_health_sample(train: object, dev: object, collate_fn: Callable[[list[dict]], dict], *, tokens: int,
-                       sub_batch_tokens: int, seed: int) -> HealthSample:
-    """``tokens`` worth of random training and dev examples of one corpus."""
+                       sub_batch_tokens: int, seed: int, causal: bool = False) -> HealthSample:
+    """``tokens`` worth of random training and dev examples of one corpus. ``causal``: prompt + completion
+    examples of a decoder-only model, whose mismatched version is the neighbour's prompt before its own
+    completion."""
     samples = []
     for purpose, dataset in enumerate((train, dev)):
         lengths = example_lengths(dataset)
@@ -196,12 +199,22 @@ def draw_health_sample(train: object, dev: object, collate_fn: Callable[[list[di
         rows = dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]).select(
             chosen.tolist()).to_list()
         neighbour = np.roll(np.arange(len(rows)), 1)
-        mismatched = [{**row, **{c: rows[j][c] for c in _SOURCE_COLUMNS if c in row}}
-                      for row, j in zip(rows, neighbour)]
+        mismatched = [_with_source_of(row, rows[j], causal) for row, j in zip(rows, neighbour)]
         chunks = split_by_tokens(np.arange(len(rows)), lengths[chosen], sub_batch_tokens)
         samples.append(tuple([collate_fn([version[i] for i in chunk]) for chunk in chunks]
                              for version in (rows, mismatched)))
     return HealthSample(*samples)
+
+
+def _with_source_of(row: dict, other: dict, causal: bool) -> dict:
+    """``row`` with ``other``'s source: its encoder input, or for a decoder-only model its prompt (the leading
+    positions whose label is ignored), the completion and its labels kept."""
+    if not causal:
+        return {**row, **{c: other[c] for c in _SOURCE_COLUMNS if c in row}}
+    own, theirs = prompt_lengths([row["labels"], other["labels"]])
+    input_ids = other["input_ids"][:theirs] + row["input_ids"][own:]
+    return {**row, "input_ids": input_ids, "attention_mask": [1] * len(input_ids),
+            "labels": [IGNORE_INDEX] * theirs + row["labels"][own:]}
 
 
 def check_sample(model: nn.Module, batches: tuple[list[dict], list[dict]],

@@ -30,7 +30,6 @@ from transformers.trainer_utils import seed_worker
 
 from ..data.language_codes import language_code_ids
 from ..evaluation.corpus_health import hold_out_pairs
-from ..models.causal_lm import is_causal_lm
 from ..models.targets import require_supported_model
 from ..sampling.sampler import CorpusBatchSampler
 from ..sampling.stream_batches import StreamBatchSampler, StreamedExamples
@@ -92,16 +91,12 @@ def attach_balancing(
     reward = balancing_reward(config, trainer.model, trainer.processing_class, trainer.accelerator)
     seed = config.data_seed if config.data_seed is not None else config.seed
     streaming = any_stream(train_corpora)
-    # Source use is measured by giving a target another sentence's source: seq2seq models only (a decoder-only
-    # model's prompt and completion share one sequence); the checks sample training pairs at random, which a
-    # stream cannot give.
-    checks = (bool(dev_corpora) and config.corpus_health_checks > 0 and not is_causal_lm(trainer.model)
-              and not streaming)
+    # The checks sample training pairs at random, which a stream cannot give.
+    checks = bool(dev_corpora) and config.corpus_health_checks > 0 and not streaming
     if config.corpus_health_action == "set_aside" and not checks:
-        raise ValueError("corpus_health_action=set_aside needs the corpus-health checks, which need dev corpora, "
-                         "map-style training corpora (they sample training pairs at random) and a "
-                         "sequence-to-sequence model (a decoder-only model's prompt and completion share one "
-                         "sequence); give dev sets, or use corpus_health_action=warn.")
+        raise ValueError("corpus_health_action=set_aside needs the corpus-health checks, which need dev corpora and "
+                         "map-style training corpora (they sample training pairs at random); give dev sets, or use "
+                         "corpus_health_action=warn.")
     held_out: dict[str, Dataset] = {}
     if checks and config.corpus_health_holdout > 0:  # before anything reads the corpora: never trained on
         corpus_sizes = prior_sizes(train_corpora, corpus_sizes)  # the prior counts the corpora as given

@@ -31,6 +31,7 @@ from ..evaluation.corpus_health import (
     suspect_corpora,
     suspect_z,
 )
+from ..models.causal_lm import is_causal_lm
 from .callback import CorpusBalancingCallback, join_training_log
 
 __all__ = ["CorpusHealthCallback"]
@@ -92,7 +93,8 @@ class CorpusHealthCallback(TrainerCallback):
             self._samples = {
                 n: draw_health_sample(self.held_out.get(n, self.train_corpora[n]), self.dev_corpora[n],
                                       self.collate_fn, tokens=self.tokens,
-                                      sub_batch_tokens=self.sub_batch_tokens, seed=self.seed + i)
+                                      sub_batch_tokens=self.sub_batch_tokens, seed=self.seed + i,
+                                      causal=is_causal_lm(model))
                 for i, n in enumerate(self.names)}
         threshold = suspect_z(len(self.names), self.checks)
         health = CorpusHealth(
