@@ -374,3 +374,30 @@ def test_uat_train_refuses_a_whole_corpus_dedupe_of_a_stream_naming_the_corpus(t
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     assert cli.main(["--config", str(tmp_path / "recipe.yaml")]) == 2
     assert "Corpus 'bible' is streamed (streaming: true), but dedupe: true" in capsys.readouterr().err
+
+
+def test_streamed_corpora_are_checked_on_their_first_pairs_which_training_skips(tmp_path, tokenizer, corpora):
+    """A stream has no random access: the corpus-health checks hold out its first pairs (capped by
+    corpus_health_holdout of its size), measure them at every check, and training starts after them; the prior
+    still counts the stream's whole size."""
+    from uat_hf.evaluation.corpus_health import stream_head
+    from uat_hf.training.health_callback import CorpusHealthCallback
+
+    settings = dict(strategy="proportional", max_steps=30, save_steps=1000, corpus_health_checks=2,
+                    corpus_health_holdout=0.2, corpus_health_tokens=1500)
+    trainer, history = run(corpora, tokenizer, tmp_path / "checked", **settings)
+    health = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
+    given = streams(tokenizer)
+    expected = {n: min(len(stream_head(given[n], 1500)), int(0.2 * streamed_size(given[n]))) for n in NAMES}
+    assert health.summary()["held_out_pairs"] == expected and min(expected.values()) >= 16, expected
+    checked = [e["step"] for e in trainer.state.log_history if "health/bible_source_use" in e]
+    assert checked == [15, 30]
+    pad = tokenizer.pad_token_id
+    trained = {tuple(t for t in row if t != pad) for batch in trainer.trained_batches for row in batch}
+    for name in NAMES:
+        examples = [tuple(e["input_ids"]) for e in given[name]]
+        head, rest = set(examples[:expected[name]]), set(examples[expected[name]:])
+        assert not (head - rest) & trained  # no held-out pair is trained on ...
+        assert examples[expected[name]] in trained  # ... training starts right after them
+    sizes = {n: streamed_size(given[n]) for n in NAMES}
+    assert history[0]["probabilities"] == pytest.approx({n: s / sum(sizes.values()) for n, s in sizes.items()})

@@ -7,9 +7,9 @@ on a target rises when the target is given another sentence's source. On a corpu
 (its *source use*) is what the model has learned for the domain; on training pairs whose targets do not belong
 to their sources it is near zero. So each check compares, corpus by corpus, the source use on a fixed sample of
 the training pairs with that on the dev pairs: about equal for a healthy corpus however hard or small it is,
-far lower for a broken one. The training-side sample is held out of training (:func:`hold_out_pairs`): a model
-that has memorised broken pairs relies on their sources as if they were sound (a memorised misaligned corpus scores
-about 1), so only pairs it never trained on can show them. (Comparing plain losses is blind here: a model
+far lower for a broken one. The training-side sample is held out of training (:func:`hold_out_pairs`; a stream's
+is its first pairs): a model that has memorised broken pairs relies on their sources as if they were sound (a
+memorised misaligned corpus scores about 1), so only pairs it never trained on can show them. (Comparing plain losses is blind here: a model
 trained on misaligned pairs fits their targets as a language model, and the losses of training and dev pairs stay
 close.)
 
@@ -22,23 +22,26 @@ the run: training is unchanged by the checks.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+import datasets
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data.streams import is_stream, streamed_size
 from ..models.modes import model_device, restored_modes
 from ..models.targets import scored_mask, target_logits
 from ..sampling.packing import draw_token_batch, example_lengths, split_by_tokens
-from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS
+from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
 from .causal_eval import prompt_lengths
 
 __all__ = ["CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample", "hold_out_pairs",
-           "suspect_corpora", "suspect_z"]
+           "stream_head", "suspect_corpora", "suspect_z"]
 
 #: The model must use the sources of a corpus's dev pairs (mean source use this many standard errors above 0)
 #: before its training pairs can be judged ...
@@ -162,9 +165,22 @@ def hold_out_pairs(corpora: Mapping[str, object], *, share: float, tokens: int, 
     random ``tokens`` worth (the checks' sample), at most ``share`` of its pairs; a corpus that cannot spare
     :data:`MIN_HELD_OUT` keeps them all and is absent from the held-out mapping. Both sides keep the corpus's order
     (``Dataset.select`` of sorted indices), and the split depends only on ``seed``, the corpus's position and its
-    lengths, so every process and every resume of a run holds out the same pairs."""
+    lengths, so every process and every resume of a run holds out the same pairs.
+
+    A stream (``datasets.IterableDataset``) has no random access: its first ``tokens`` worth of pairs are held
+    out (at most ``share`` of its size, when its metadata gives one), read into a Dataset, and it trains from the
+    pair after them (``IterableDataset.skip``)."""
     trained, held = {}, {}
     for i, (name, dataset) in enumerate(corpora.items()):
+        if is_stream(dataset):
+            head = stream_head(dataset, tokens)
+            size = streamed_size(dataset)
+            count = len(head) if size is None else min(len(head), int(share * size))
+            if count < MIN_HELD_OUT:
+                trained[name] = dataset
+                continue
+            held[name], trained[name] = head.select(range(count)), dataset.skip(count)
+            continue
         lengths = example_lengths(dataset)
         order = np.random.default_rng([seed, i, 2]).permutation(len(lengths))
         sample = int(np.searchsorted(np.cumsum(lengths[order]), tokens, side="left")) + 1
@@ -175,6 +191,18 @@ def hold_out_pairs(corpora: Mapping[str, object], *, share: float, tokens: int, 
         held[name] = dataset.select(np.sort(order[:count]))
         trained[name] = dataset.select(np.sort(order[count:]))
     return trained, held
+
+
+def stream_head(stream: object, tokens: int) -> datasets.Dataset:
+    """The first ``tokens`` worth of a stream's examples (their model columns) as a Dataset: what the checks can
+    sample of a corpus read as a stream."""
+    rows, total = [], 0
+    for row in copy.deepcopy(stream):  # a stream keeps its position in itself: the run's own stays at the start
+        rows.append({column: row[column] for column in MODEL_COLUMNS if column in row})
+        total += max(len(row[column]) for column in TOKEN_COLUMNS if column in row)
+        if total >= tokens:
+            break
+    return datasets.Dataset.from_list(rows)
 
 
 @dataclass

@@ -29,7 +29,8 @@ from transformers import DataCollatorForSeq2Seq, DefaultFlowCallback
 from transformers.trainer_utils import seed_worker
 
 from ..data.language_codes import language_code_ids
-from ..evaluation.corpus_health import hold_out_pairs
+from ..data.streams import is_stream
+from ..evaluation.corpus_health import hold_out_pairs, stream_head
 from ..models.targets import require_supported_model
 from ..sampling.sampler import CorpusBatchSampler
 from ..sampling.stream_batches import StreamBatchSampler, StreamedExamples
@@ -91,15 +92,14 @@ def attach_balancing(
     reward = balancing_reward(config, trainer.model, trainer.processing_class, trainer.accelerator)
     seed = config.data_seed if config.data_seed is not None else config.seed
     streaming = any_stream(train_corpora)
-    # The checks sample training pairs at random, which a stream cannot give.
-    checks = bool(dev_corpora) and config.corpus_health_checks > 0 and not streaming
+    checks = bool(dev_corpora) and config.corpus_health_checks > 0
     if config.corpus_health_action == "set_aside" and not checks:
-        raise ValueError("corpus_health_action=set_aside needs the corpus-health checks, which need dev corpora and "
-                         "map-style training corpora (they sample training pairs at random); give dev sets, or use "
-                         "corpus_health_action=warn.")
+        raise ValueError("corpus_health_action=set_aside needs the corpus-health checks, which need dev corpora; give "
+                         "dev sets, or use corpus_health_action=warn.")
     held_out: dict[str, Dataset] = {}
     if checks and config.corpus_health_holdout > 0:  # before anything reads the corpora: never trained on
-        corpus_sizes = prior_sizes(train_corpora, corpus_sizes)  # the prior counts the corpora as given
+        if not streaming:  # the prior counts the corpora as given (a stream's, its metadata's size)
+            corpus_sizes = prior_sizes(train_corpora, corpus_sizes)
         train_corpora, held_out = hold_out_pairs(train_corpora, share=config.corpus_health_holdout,
                                                  tokens=config.corpus_health_tokens, seed=seed)
     if corpus_sizes is not None and streaming:
@@ -140,8 +140,11 @@ def attach_balancing(
         callbacks.append(MixFigureCallback(callback.distribution, callbacks))
     if checks:
         set_aside = config.corpus_health_action == "set_aside"
+        sampled = {name: stream_head(dataset, config.corpus_health_tokens)  # a stream checked on its first pairs
+                   if is_stream(dataset) and name not in held_out else dataset
+                   for name, dataset in train_corpora.items()}
         callbacks.insert(flow + 2, CorpusHealthCallback(
-            train_corpora, dev_corpora, measuring_collator(trainer), held_out=held_out,
+            sampled, dev_corpora, measuring_collator(trainer), held_out=held_out,
             checks=config.corpus_health_checks, tokens=config.corpus_health_tokens, seed=seed,
             language_code_ids=language_code_ids(trainer.processing_class),
             balancing=callback if set_aside else None, share=config.corpus_health_share,
