@@ -193,6 +193,12 @@ NOISE_ORACLE_SHARES: dict[str, float | None] = {
     # partial50-Adev, seed 11, macro over the intact corpora: proportional (0.415) 2.53 / 21.60, share 0.01
     # 5.35 / 27.74, 0.05 5.22 / 27.61, 0.15 4.86 / 26.79: 0.01 (ahead in both).
     "partial50": 0.01,
+    # short-Adev, seed 11, macro over the intact corpora: proportional (0.357) 4.25 / 24.50, share 0.01
+    # 5.15 / 27.45, 0.05 5.49 / 27.48, 0.15 4.93 / 26.54: 0.05 (ahead in both).
+    "short": 0.05,
+    # wronglang-Adev, seed 11, macro over the intact corpora: proportional (0.230) 5.87 / 22.43, share 0.01
+    # 6.80 / 24.34, 0.05 6.34 / 24.19, 0.15 6.28 / 23.82: 0.01 (ahead in both).
+    "wronglang": 0.01,
 }
 #: Test-set strategies of a noise cell: proportional unaudited, and with each audit action (drop is the product's
 #: default for map-style corpora, docs/corpus_audit.md).
