@@ -401,3 +401,22 @@ def test_streamed_corpora_are_checked_on_their_first_pairs_which_training_skips(
         assert examples[expected[name]] in trained  # ... training starts right after them
     sizes = {n: streamed_size(given[n]) for n in NAMES}
     assert history[0]["probabilities"] == pytest.approx({n: s / sum(sizes.values()) for n, s in sizes.items()})
+
+
+def test_a_map_style_corpus_beside_a_stream_keeps_its_whole_size_in_the_prior(tmp_path, tokenizer, corpora):
+    """The checks hold pairs out of a map-style corpus in a streamed run too; the prior still counts it whole."""
+    from uat_hf.training.health_callback import CorpusHealthCallback
+
+    software = corpora["train"]["software"]
+    args = UATConfig(output_dir=str(tmp_path), strategy="proportional", max_steps=2, max_tokens=300, report_to=[],
+                     use_cpu=True, seed=7, disable_tqdm=True, save_strategy="no", stream_buffer_examples=16,
+                     corpus_health_checks=2, corpus_health_holdout=0.2, corpus_health_tokens=1500)
+    trainer = UATTrainer(build_model("tiny", tokenizer), args, processing_class=tokenizer,
+                         train_corpora={"bible": streams(tokenizer, names=("bible",))["bible"], "software": software},
+                         dev_corpora={n: corpora["dev"][n] for n in NAMES})
+    trainer.train()
+    health = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
+    assert health.summary()["held_out_pairs"]["software"] >= 16  # pairs held out of the map-style corpus ...
+    sizes = {"bible": streamed_size(streams(tokenizer, names=("bible",))["bible"]), "software": len(software)}
+    history = [json.loads(line) for line in (tmp_path / HISTORY_FILE).read_text().splitlines()]
+    assert history[0]["probabilities"] == pytest.approx({n: s / sum(sizes.values()) for n, s in sizes.items()})

@@ -9,9 +9,9 @@ to their sources it is near zero. So each check compares, corpus by corpus, the 
 the training pairs with that on the dev pairs: about equal for a healthy corpus however hard or small it is,
 far lower for a broken one. The training-side sample is held out of training (:func:`hold_out_pairs`; a stream's
 is its first pairs): a model that has memorised broken pairs relies on their sources as if they were sound (a
-memorised misaligned corpus scores about 1), so only pairs it never trained on can show them. (Comparing plain losses is blind here: a model
-trained on misaligned pairs fits their targets as a language model, and the losses of training and dev pairs stay
-close.)
+memorised misaligned corpus scores about 1), so only pairs it never trained on can show them. (Comparing plain
+losses is blind here: a model trained on misaligned pairs fits their targets as a language model, and the losses of
+training and dev pairs stay close.)
 
 Uncertainty sampling makes this matter: a model is most uncertain where it learned garbage, so MultiUAT raises
 the share of exactly such a corpus. The check warns under every strategy, a static prior included. The samples

@@ -42,7 +42,7 @@ from .callback import CorpusBalancingCallback
 from .health_callback import CorpusHealthCallback
 from .mix_figure import MixFigureCallback
 from .resume_check import resume_settings
-from .streaming import any_stream, stream_sampler
+from .streaming import any_stream, stream_sampler, streamed_run_sizes
 from .uat_config import UATConfig
 
 __all__ = ["attach_balancing", "balancing_settings", "check_corpora", "concatenate_corpora", "corpus_dataloader",
@@ -97,15 +97,16 @@ def attach_balancing(
         raise ValueError("corpus_health_action=set_aside needs the corpus-health checks, which need dev corpora; give "
                          "dev sets, or use corpus_health_action=warn.")
     held_out: dict[str, Dataset] = {}
+    stream_sizes = streamed_run_sizes(train_corpora) if streaming else None
     if checks and config.corpus_health_holdout > 0:  # before anything reads the corpora: never trained on
-        if not streaming:  # the prior counts the corpora as given (a stream's, its metadata's size)
+        if not streaming:  # the prior counts the corpora as given (so does a streamed run's: stream_sizes)
             corpus_sizes = prior_sizes(train_corpora, corpus_sizes)
         train_corpora, held_out = hold_out_pairs(train_corpora, share=config.corpus_health_holdout,
                                                  tokens=config.corpus_health_tokens, seed=seed)
     if corpus_sizes is not None and streaming:
         raise ValueError("corpus_sizes with streamed corpora: a stream's prior counts its own size (num_examples); "
                          "give the prior as corpus_probabilities instead.")
-    sampler = stream_sampler(trainer, config, train_corpora, reward, seed) if streaming else (
+    sampler = stream_sampler(trainer, config, train_corpora, reward, seed, stream_sizes) if streaming else (
         CorpusBatchSampler.from_datasets(
             train_corpora,
             config.corpus_distribution(prior_sizes(train_corpora, corpus_sizes)),

@@ -28,11 +28,20 @@ def any_stream(corpora: Mapping[str, Any]) -> bool:
     return any(is_stream(dataset) for dataset in corpora.values())
 
 
+def streamed_run_sizes(corpora: Mapping[str, Any]) -> dict[str, int | None]:
+    """Each corpus's size for a streamed run's prior: a stream's from its metadata (``None``: unknown), a map-style
+    corpus's number of examples."""
+    return {n: streamed_size(d) if is_stream(d) else len(d) for n, d in corpora.items()}
+
+
 def stream_sampler(
-    trainer: Any, config: UATConfig, train_corpora: Mapping[str, Any], reward: Any, seed: int
+    trainer: Any, config: UATConfig, train_corpora: Mapping[str, Any], reward: Any, seed: int,
+    sizes: Mapping[str, int | None] | None = None,
 ) -> StreamBatchSampler:
     """The :class:`~uat_hf.sampling.stream_batches.StreamBatchSampler` of ``trainer`` over ``train_corpora``, after
-    the checks a stream needs."""
+    the checks a stream needs. ``sizes``: the corpora's sizes for the prior as the user gave them
+    (:func:`streamed_run_sizes`, taken before the corpus-health checks held pairs out); default: read from
+    ``train_corpora``."""
     if config.mix_corpora:
         raise ValueError(
             f"mix_corpora draws every example's corpus, but training corpora {_streamed(train_corpora)} "
@@ -43,7 +52,7 @@ def stream_sampler(
             f"Training corpora {_streamed(train_corpora)} are streamed: a stream has no epochs to count "
             "(num_train_epochs), so set max_steps to the optimizer steps to train."
         )
-    sizes = {n: streamed_size(d) if is_stream(d) else len(d) for n, d in train_corpora.items()}
+    sizes = dict(sizes) if sizes is not None else streamed_run_sizes(train_corpora)
     unknown = [n for n, size in sizes.items() if size is None]
     if unknown and config.corpus_probabilities is None:
         raise ValueError(
