@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import MULTIDOMAIN
-from uat_hf.data.audit import audit_corpora
+from uat_hf.data.audit import audit_corpora, signals
 from uat_hf.data.corpora import corpus_specs_from_directory, load_corpus_split
 
 LANGS = ("en", "de")
@@ -87,6 +87,22 @@ def test_near_duplicates_that_exact_dedupe_keeps_count_once(bundled):
     audit = _audit({**train, "dictionary": copies}, dev).corpora["dictionary"]
     assert audit.flagged == ["repeat"]
     assert audit.effective_size == pytest.approx(len(set(zip(sources, targets))), rel=0.05)
+
+
+def test_a_pair_key_ignores_case_punctuation_and_spacing_in_any_script_and_nothing_else(bundled):
+    train, _ = bundled
+    texts = [text for sources, targets in train.values() for text in sources[:300] + targets[:300]] + [
+        "Hello, World!", "snake_case\tid-42", "ÄRGER über „Größe“", "İstanbul — 2½ km", "e\u0301te\u0301", "«Ça va?»",
+        "ＡＢＣ１２３", "日本語、テキスト。", "~!@#$%^&*()", ""]
+    assert any(text.isascii() for text in texts) and any(not text.isascii() for text in texts)
+    # the ASCII fast path and the regular expression give the words of the text, joined
+    assert [signals.normalised(text) for text in texts] == ["".join(signals.words(text)) for text in texts]
+    keys = signals.pair_keys(["Hello, World!", "hello world", "Hello World", "Hello, Word!"],
+                             ["Hallo, Welt!", "HALLO WELT", "hallo  welt .", "Hallo, Welt!"])
+    assert keys.dtype == np.int64 and keys[0] == keys[1] == keys[2] != keys[3]
+    assert signals.repeated_keys(keys).tolist() == [False, True, True, False]
+    # the same key in any process and run (hashed in the preparation's workers, kept in the cache)
+    assert int(signals.pair_keys(["a"], ["b"])[0]) == -5396678125053331263
 
 
 def test_no_false_alarm_over_many_exchangeable_corpora():

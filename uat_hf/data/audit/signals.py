@@ -14,15 +14,18 @@ would otherwise look adequate.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import re
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+import xxhash
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_NON_WORD = re.compile(r"\W+", re.UNICODE)
+#: The ASCII characters that are not word characters (``\W``): an ASCII text loses them in one ``bytes.translate``.
+_ASCII_NON_WORD = bytes(code for code in range(128) if not (chr(code).isalnum() or chr(code) == "_"))
 #: Text shorter than this many letters gets no language verdict: identifiers are unreliable on a word or two.
 MIN_LANGUAGE_LETTERS = 20
 #: Jaccard overlap of the two sides' word sets at or above which a target counts as a (near-)copy of its source.
@@ -35,8 +38,12 @@ def words(text: str) -> list[str]:
 
 
 def normalised(text: str) -> str:
-    """Lower case, letters and digits only: the key under which near-duplicates collide."""
-    return "".join(words(text))
+    """Lower case, letters and digits only (``"".join(words(text))``): the key under which near-duplicates collide.
+    Every training pair is normalised for the repeat signal, so the common case, an ASCII text, takes the C path
+    of ``bytes.translate``, about twice as fast as the regular expression."""
+    if text.isascii():
+        return text.encode().lower().translate(None, _ASCII_NON_WORD).decode()
+    return _NON_WORD.sub("", text.lower())
 
 
 def copied(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
@@ -52,13 +59,11 @@ def copied(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
 
 def pair_keys(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
     """A 64-bit hash of each pair's normalised source and target (:func:`normalised`): equal for near-duplicates.
-    Stable across processes and runs (blake2b, not Python's salted ``hash``), so that batches hashed in worker
-    processes, or cached by ``datasets``, compare with each other."""
-    out = np.empty(len(sources), dtype=np.int64)
-    for k, (source, target) in enumerate(zip(sources, targets)):
-        key = f"{normalised(source)}\0{normalised(target)}".encode()
-        out[k] = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little", signed=True)
-    return out
+    Stable across processes and runs (xxh64, which ``datasets`` itself depends on, not Python's salted ``hash``),
+    so that batches hashed in worker processes, or cached by ``datasets``, compare with each other."""
+    keys = (xxhash.xxh64_intdigest(f"{normalised(source)}\0{normalised(target)}".encode())
+            for source, target in zip(sources, targets))
+    return np.fromiter(keys, dtype=np.uint64, count=len(sources)).view(np.int64)
 
 
 def repeated_keys(keys: np.ndarray) -> np.ndarray:
