@@ -143,6 +143,17 @@ def test_uat_audit_prints_the_table_and_writes_the_report(tmp_path, capsys):
     assert not (tmp_path / "run").exists()  # an audit writes nothing of a run
 
 
+def test_uat_audit_help_describes_uat_audit_and_its_own_flags(capsys):
+    from uat_hf.cli.audit import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    printed = capsys.readouterr().out
+    assert exited.value.code == 0 and printed.startswith("usage: uat-audit [--config RECIPE]")
+    assert "--output_json PATH" in printed and "--strict" in printed and "uat-train --help" in printed
+    assert main(["--corpus_dir", "no/such/folder", "--source_lang", "en", "--target_lang", "de"]) == 2
+
+
 def test_audit_specs_measures_the_pairs_the_cleaning_keeps():
     """The audit reads each corpus as the run cleans it (a filtered Dataset's Arrow table still holds every row)."""
     import datasets

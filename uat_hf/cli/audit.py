@@ -10,6 +10,7 @@ input; with ``--strict``, 3 when a corpus is suspect (for a data pipeline that s
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -70,15 +71,29 @@ def audited_sizes(audit, data_args: DataArguments, train) -> dict[str, float] | 
     return audit.effective_sizes({name: len(dataset) for name, dataset in train.items()})
 
 
+def _command_parser() -> argparse.ArgumentParser:
+    """``uat-audit``'s own flags; every other flag is ``uat-train``'s and goes to its parser."""
+    parser = argparse.ArgumentParser(
+        prog="uat-audit", allow_abbrev=False,
+        usage="%(prog)s [--config RECIPE] [--FIELD VALUE ...] [--output_json PATH] [--strict]",
+        description="Audit the training corpora of a recipe against their dev sets, as uat-train does before step 0, "
+        "without training: print the table (pairs, effective size, failing share per signal, the dev set's own "
+        "rate, verdict) and optionally write the whole report as JSON.",
+        epilog="Every uat-train field is accepted (uat-train --help lists them); the audit reads the data fields "
+        "(corpus_dir, corpus_specs, the cleaning fields, corpus_audit) and seed. Exit status 0, 2 for bad input, "
+        "3 with --strict when a corpus is suspect.")
+    parser.add_argument("--config", metavar="RECIPE", help="A recipe, as uat-train --config takes it.")
+    parser.add_argument("--output_json", metavar="PATH", help="Also write the whole report to PATH as JSON.")
+    parser.add_argument("--strict", action="store_true",
+                        help="Exit with status 3 when a corpus is suspect (for a data pipeline that should stop).")
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    output_json = strict = None
-    if "--output_json" in argv:
-        at = argv.index("--output_json")
-        output_json, argv = argv[at + 1] if at + 1 < len(argv) else "", argv[:at] + argv[at + 2:]
-    strict = "--strict" in argv
-    argv = [a for a in argv if a != "--strict"]
+    own, argv = _command_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    if own.config is not None:
+        argv = ["--config", own.config, *argv]
     from .parsing import parse_arguments
 
     set_verbosity(logging.WARNING)  # the table is the command's output (below), the warnings go to stderr
@@ -91,14 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"uat-audit: error: {error}", file=sys.stderr)
         return 2
     print(report.table())
-    if output_json:
-        with open(output_json, "w", encoding="utf-8") as out:
+    if own.output_json:
+        with open(own.output_json, "w", encoding="utf-8") as out:
             json.dump(report.to_dict(), out, indent=2)
-    return 3 if strict and report.suspects else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return 3 if own.strict and report.suspects else 0
 
 
 def without_failing_pairs(audit, train: dict) -> dict:
@@ -129,3 +140,7 @@ def without_failing_pairs(audit, train: dict) -> dict:
         raise ValueError("corpus_audit: drop would leave no training corpus: every pair of every corpus fails the "
                          "audit. Check the corpora (uat-audit --config RECIPE), or use reweight.")
     return kept
+
+
+if __name__ == "__main__":
+    sys.exit(main())
