@@ -170,6 +170,27 @@ def test_audit_specs_measures_the_pairs_the_cleaning_keeps():
     assert kept["software"] < len(load_corpus_split(specs[-1], "train"))  # the cleaning did remove pairs here
 
 
+def test_audit_specs_hashes_no_pair_of_a_corpus_it_cannot_judge(tmp_path, monkeypatch):
+    """Hashing every pair is the audit's cost that grows with the corpus: a corpus without dev pairs to judge it
+    against is reported as not measurable, and none of its pairs is hashed."""
+    import shutil
+
+    import uat_hf.data.audit as audit_package
+    from uat_hf.data.preprocessing import PreprocessingConfig
+
+    for name, splits in (("bible", ("train", "dev")), ("descriptions", ("train",))):
+        for split in splits:
+            shutil.copy(MULTIDOMAIN / f"{name}.{split}.jsonl.gz", tmp_path / f"{name}.{split}.jsonl.gz")
+    hashed, hash_keys = [], audit_package._pair_keys
+    monkeypatch.setattr(audit_package, "_pair_keys", lambda pairs, corpus, num_proc: hashed.append(corpus) or
+                        hash_keys(pairs, corpus, num_proc))
+    report = audit_package.audit_specs(corpus_specs_from_directory(tmp_path, *LANGS), PreprocessingConfig(),
+                                       sample=300)
+    assert hashed == ["bible"]
+    assert report.corpora["descriptions"].verdict.startswith("not measurable")
+    assert report.corpora["bible"].verdict == "ok"
+
+
 def test_a_streamed_corpus_is_audited_on_its_first_pairs(tmp_path):
     """A stream has no random access: the audit reads its first pairs, as the run will stream them, and judges them
     against the dev set like any corpus; its size is the one its metadata gives."""

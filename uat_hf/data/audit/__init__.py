@@ -8,7 +8,7 @@ import datasets
 import numpy as np
 
 from . import signals
-from .corpus_audit import SAMPLE, SIGNALS, AuditReport, CorpusAudit, SignalRate, audit_corpora
+from .corpus_audit import MIN_DEV_PAIRS, SAMPLE, SIGNALS, AuditReport, CorpusAudit, SignalRate, audit_corpora
 
 __all__ = ["SAMPLE", "SIGNALS", "AuditReport", "CorpusAudit", "SignalRate", "audit_corpora", "audit_specs"]
 
@@ -43,10 +43,11 @@ def audit_specs(specs: Sequence, preprocessing, *, sample: int = SAMPLE, seed: i
             train[spec.name] = preprocess(pairs, preprocessing, corpus=spec.name)
         else:
             train[spec.name] = cleaned_split(spec, "train")
-        keys[spec.name] = _pair_keys(train[spec.name], spec.name, num_proc)
         if spec.split_location("dev") is not None:
             pairs = cleaned_split(spec, "dev").select_columns(["source", "target"]).to_dict()
             dev[spec.name] = pairs["source"], pairs["target"]
+        if len(dev.get(spec.name, ((),))[0]) >= MIN_DEV_PAIRS:  # a corpus that cannot be judged is not hashed
+            keys[spec.name] = _pair_keys(train[spec.name], spec.name, num_proc)
     languages = {spec.name: (spec.source_lang, spec.target_lang) for spec in specs}
     report = audit_corpora(train, dev, languages, sample=sample, seed=seed, failing=failing, keys=keys)
     for name, size in sizes.items():
