@@ -13,7 +13,12 @@ mixed batches of at most 1,000 tokens, the 4 bundled corpora, 4,096-token check 
 
 Prints a table and, last, ``health_check_percent_at_demo=<x>`` (medians).
 
-    python benchmarks/health_check_cost.py [--steps 300] [--checks 3] [--repeats 3] [--threads 1]
+``--check-only R`` times the checks alone instead, on the untrained model (a check's compute does not depend on the
+weights): R rounds, each one check with the encoder pass shared by the aligned and mismatched versions (what
+``check_sample`` does for an encoder-decoder model) and one with both versions encoded in full (before), and
+prints the medians and ``shared_encoder_check_ratio=<x>``.
+
+    python benchmarks/health_check_cost.py [--steps 300] [--checks 3] [--repeats 3] [--threads 1] [--check-only R]
 """
 
 from __future__ import annotations
@@ -62,6 +67,33 @@ def timed_run(options: argparse.Namespace, tokenizer: Any, data: dict, checks: i
         return {"e2e": time.perf_counter() - start, **inside}
 
 
+def check_only(options: argparse.Namespace, tokenizer: Any, data: dict) -> float:
+    """Median seconds of one check with the encoder pass shared, over one with both versions encoded in full."""
+    from uat_hf.evaluation import corpus_health
+
+    config = {"corpus_health_checks": options.checks, "corpus_health_tokens": options.health_tokens,
+              "mix_corpora": True}
+    with tempfile.TemporaryDirectory() as out:
+        trainer = make_trainer(options, tokenizer, data, STATIC, out, options.steps, options.steps + 1, **config)
+        callback = next(cb for cb in trainer.callback_handler.callbacks if isinstance(cb, CorpusHealthCallback))
+        model, shared = trainer.model, corpus_health._encoder_of
+        callback.check(model, 0)  # warm-up, untimed: draws and collates the samples
+        seconds: dict[str, list[float]] = {"shared": [], "full": []}
+        for _ in range(options.check_only):
+            for variant in seconds:
+                corpus_health._encoder_of = shared if variant == "shared" else (lambda model: None)
+                start = time.perf_counter()
+                callback.check(model, 0)
+                seconds[variant].append(time.perf_counter() - start)
+        corpus_health._encoder_of = shared
+    for variant, times in seconds.items():
+        print(f"one check, {variant:<6} encoder pass: median {statistics.median(times):.2f} s "
+              f"[{min(times):.2f}-{max(times):.2f}] over {len(times)}")
+    ratio = statistics.median(s / f for s, f in zip(seconds["shared"], seconds["full"]))
+    print(f"shared_encoder_check_ratio={ratio:.3f}")
+    return ratio
+
+
 def main(argv: Sequence[str] | None = None) -> float:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_setup_arguments(parser)
@@ -72,8 +104,12 @@ def main(argv: Sequence[str] | None = None) -> float:
     parser.add_argument("--repeats", type=int, default=3, help="Rounds of (checked, unchecked) runs.")
     parser.add_argument("--demo-steps", type=int, default=1950)
     parser.add_argument("--demo-checks", type=int, default=3)
+    parser.add_argument("--check-only", type=int, default=0, metavar="R",
+                        help="Time R rounds of single checks, encoder shared and not, instead of training runs.")
     options = parser.parse_args(argv)
     tokenizer, data = load_data(options)
+    if options.check_only:
+        return check_only(options, tokenizer, data)
     timed_run(options, tokenizer, data, options.checks)  # warm-up, untimed: thread pools, allocator, the samples
     runs = {"checked": [], "unchecked": []}
     for _ in range(options.repeats):

@@ -242,6 +242,33 @@ def test_a_memorised_broken_corpus_is_seen_on_its_held_out_pairs_not_on_those_it
     assert on_trained.share[0] > 0.5 and on_trained.suspects() == [], on_trained.share
 
 
+def test_an_encoder_decoder_model_encodes_each_source_once_and_scores_as_two_full_passes_do(learned, tokenizer,
+                                                                                              monkeypatch):
+    """The mismatched version's sources are the aligned version's, moved by one: their encodings are reused (the
+    check's cost), and the losses are those of encoding them again, neighbours across sub-batches included."""
+    from transformers import DataCollatorForSeq2Seq
+
+    import uat_hf.evaluation.corpus_health as corpus_health
+
+    model, pairs = learned
+    data = concatenate_datasets(list(pairs.values()))  # sources the model has learned to use
+    sample = draw_health_sample(data, data, DataCollatorForSeq2Seq(tokenizer, model=model), tokens=100_000,
+                                sub_batch_tokens=120, seed=0)
+    sub_batches = len(sample.train[0])
+    assert sub_batches >= 3  # neighbours across sub-batches, the first sentence's from the last sub-batch
+    encodings = []
+    hook = model.get_encoder().register_forward_hook(lambda *args: encodings.append(1))
+    shared = check_sample(model, sample.train)
+    assert len(encodings) == sub_batches
+    monkeypatch.setattr(corpus_health, "_encoder_of", lambda model: None)  # both versions in full, as before
+    full = check_sample(model, sample.train)
+    hook.remove()
+    assert len(encodings) == 3 * sub_batches
+    assert shared.source_use > 5 * shared.standard_error  # the model uses these sources: a wrong encoding shows
+    np.testing.assert_allclose(shared.gains, full.gains, atol=1e-4)
+    assert shared.loss == pytest.approx(full.loss, abs=1e-5)
+
+
 def test_a_corpus_set_aside_keeps_at_most_its_share_and_the_others_keep_their_ratio():
     distribution = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
     record = distribution.set_aside("a", 0.01, 4, "broken")

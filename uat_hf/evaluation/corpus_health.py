@@ -32,9 +32,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutput
 
 from ..data.streams import is_stream, streamed_size
-from ..models.modes import model_device, restored_modes
+from ..models.causal_lm import is_causal_lm
+from ..models.modes import model_device, restored_modes, sharding
 from ..models.targets import scored_mask, target_logits
 from ..sampling.packing import draw_token_batch, example_lengths, split_by_tokens
 from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
@@ -226,12 +228,17 @@ def draw_health_sample(train: object, dev: object, collate_fn: Callable[[list[di
         chosen = chosen[np.lexsort((chosen, lengths[chosen]))]  # by length, then index: the neighbours are fixed
         rows = dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]).select(
             chosen.tolist()).to_list()
-        neighbour = np.roll(np.arange(len(rows)), 1)
-        mismatched = [_with_source_of(row, rows[j], causal) for row, j in zip(rows, neighbour)]
+        mismatched = [_with_source_of(row, rows[j], causal) for row, j in zip(rows, _neighbours(len(rows)))]
         chunks = split_by_tokens(np.arange(len(rows)), lengths[chosen], sub_batch_tokens)
         samples.append(tuple([collate_fn([version[i] for i in chunk]) for chunk in chunks]
                              for version in (rows, mismatched)))
     return HealthSample(*samples)
+
+
+def _neighbours(count: int) -> np.ndarray:
+    """The row whose source each of ``count`` length-ordered rows is given in the mismatched version: the one
+    before it (the first gets the last)."""
+    return np.roll(np.arange(count), 1)
 
 
 def _with_source_of(row: dict, other: dict, causal: bool) -> dict:
@@ -248,25 +255,77 @@ def _with_source_of(row: dict, other: dict, causal: bool) -> dict:
 def check_sample(model: nn.Module, batches: tuple[list[dict], list[dict]],
                  language_code_ids: Collection[int] = ()) -> SampleCheck:
     """Loss and per-sentence source use of one sample (its aligned and mismatched sub-batches); language-code
-    positions (which a multilingual tokenizer puts in the labels and the decoder is forced to) are not scored."""
-    (aligned, aligned_tokens), (mismatched, _) = (_sentence_losses(model, b, language_code_ids) for b in batches)
-    tokens = np.maximum(aligned_tokens, 1)
-    return SampleCheck(float(aligned.sum() / tokens.sum()), (mismatched - aligned) / tokens)
+    positions (which a multilingual tokenizer puts in the labels and the decoder is forced to) are not scored.
 
-
-def _sentence_losses(model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]],
-                     language_code_ids: Collection[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Each sentence's summed token cross-entropy and scored tokens, teacher-forced, in eval mode."""
-    sums, tokens = [], []
+    An encoder-decoder model encodes each source once: the mismatched version's sources are the aligned version's,
+    each moved to its neighbour's target (:func:`_neighbours`), so its decoder is given those encodings instead of
+    encoding them again (a sixth of a check's compute at the demo's shape). A decoder-only model, whose source is
+    its prompt, and a sharded one, which must be called whole, run both versions in full."""
     device = model_device(model)
+    encoder = _encoder_of(model)
     with restored_modes(model), torch.no_grad():
         model.eval()
-        for batch in batches:
-            batch = {k: v.to(device) for k, v in batch.items()}
-            mask = scored_mask(batch["labels"], language_code_ids)
-            logits = target_logits(model, batch, mask)
-            losses = F.cross_entropy(logits.float(), batch["labels"][mask], reduction="none")
-            sentence_sums = torch.zeros(mask.shape[0], device=device).index_add_(0, mask.nonzero()[:, 0], losses)
-            sums.append(sentence_sums.cpu().numpy())
-            tokens.append(mask.sum(dim=1).cpu().numpy())
-    return np.concatenate(sums).astype(np.float64), np.concatenate(tokens).astype(np.float64)
+        if encoder is None:
+            (aligned, tokens), (mismatched, _) = (
+                _stacked([_sentence_losses(model, _on(batch, device), language_code_ids) for batch in version])
+                for version in batches)
+        else:
+            (aligned, tokens), mismatched = _losses_sharing_encodings(model, encoder, batches, device,
+                                                                      language_code_ids)
+    return SampleCheck(float(aligned.sum() / np.maximum(tokens, 1).sum()), (mismatched - aligned)
+                       / np.maximum(tokens, 1))
+
+
+def _encoder_of(model: nn.Module) -> nn.Module | None:
+    """The encoder of an encoder-decoder model that may be called apart from its decoder, else ``None``."""
+    if is_causal_lm(model) or sharding(model) is not None:
+        return None
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: adapters are in its layers
+    if not getattr(getattr(base, "config", None), "is_encoder_decoder", False) or not hasattr(base, "get_encoder"):
+        return None
+    return base.get_encoder()
+
+
+def _losses_sharing_encodings(model: nn.Module, encoder: nn.Module, batches: tuple[list[dict], list[dict]],
+                              device: torch.device, language_code_ids: Collection[int]
+                              ) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """The aligned version's sentence losses and tokens, and the mismatched version's losses with each target's
+    decoder given its neighbour's encoding from the aligned pass (no second encoder pass)."""
+    aligned_batches, mismatched_batches = batches
+    encodings, aligned = [], []
+    for batch in aligned_batches:
+        batch = _on(batch, device)
+        encoded = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        encodings += [row[mask.bool()] for row, mask in zip(encoded, batch["attention_mask"])]
+        aligned.append(_sentence_losses(model, {**batch, "encoder_outputs": BaseModelOutput(encoded)},
+                                        language_code_ids))
+    neighbour, first, mismatched = _neighbours(len(encodings)), 0, []
+    for batch, given in zip(aligned_batches, mismatched_batches):
+        batch, mask = _on(batch, device), given["attention_mask"].to(device).bool()  # the neighbours' sources
+        rows = neighbour[first:first + len(mask)]
+        first += len(mask)
+        encoded = encodings[0].new_zeros((*mask.shape, encodings[0].shape[-1]))
+        encoded[mask] = torch.cat([encodings[r] for r in rows])
+        mismatched.append(_sentence_losses(
+            model, {**batch, "attention_mask": mask.long(), "encoder_outputs": BaseModelOutput(encoded)},
+            language_code_ids)[0])
+    return _stacked(aligned), np.concatenate(mismatched)
+
+
+def _on(batch: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _stacked(losses: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    return tuple(np.concatenate(part).astype(np.float64) for part in zip(*losses))
+
+
+def _sentence_losses(model: nn.Module, batch: Mapping[str, object], language_code_ids: Collection[int]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Each sentence's summed token cross-entropy and scored tokens in one sub-batch, teacher-forced (the model in
+    eval mode, no gradients: the caller's)."""
+    mask = scored_mask(batch["labels"], language_code_ids)
+    logits = target_logits(model, batch, mask)
+    losses = F.cross_entropy(logits.float(), batch["labels"][mask], reduction="none")
+    sums = torch.zeros(mask.shape[0], device=losses.device).index_add_(0, mask.nonzero()[:, 0], losses)
+    return sums.cpu().numpy(), mask.sum(dim=1).cpu().numpy()

@@ -89,13 +89,14 @@ def target_features(model: nn.Module, batch: Mapping[str, torch.Tensor],
                      mask: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """``(features, head)`` with ``head(features)`` the logits of :func:`target_logits`: the decoder's hidden
     states at ``mask`` and the output layer where it can be applied to them alone, else the logits themselves
-    and the identity."""
+    and the identity. An ``encoder_outputs`` in the batch (a ``BaseModelOutput`` of the encoder) is the encoding
+    of its sources, so the encoder does not run again."""
     if is_causal_lm(model):
         return causal_target_logits(model, batch, mask, whole=sharding(model) is not None), _identity
     if "decoder_input_ids" not in batch:
-        inputs = {k: batch[k] for k in MODEL_COLUMNS if k in batch}
+        inputs = {k: batch[k] for k in (*MODEL_COLUMNS, "encoder_outputs") if k in batch}
         return model(**inputs).logits[mask], _identity
-    keys = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+    keys = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask", "encoder_outputs")
     inputs = {k: batch[k] for k in keys if k in batch}
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: adapters are in its layers
     head_on_hidden = getattr(base.config, "model_type", None) in _HEAD_ON_HIDDEN_TYPES and hasattr(base, "model")
