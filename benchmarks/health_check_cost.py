@@ -16,7 +16,10 @@ Prints a table and, last, ``health_check_percent_at_demo=<x>`` (medians).
 ``--check-only R`` times the checks alone instead, on the untrained model (a check's compute does not depend on the
 weights): R rounds, each one check with the encoder pass shared by the aligned and mismatched versions (what
 ``check_sample`` does for an encoder-decoder model) and one with both versions encoded in full (before), and
-prints the medians and ``shared_encoder_check_ratio=<x>``.
+prints the medians of wall and CPU seconds and ``shared_encoder_check_ratio=<x>`` (of CPU seconds, paired by round:
+with ``--threads 1`` the check's compute, little disturbed by other work on the machine); then the CPU seconds of one
+training step without checks (``--steps`` of them) and the checks' share of training at the demo's shape, with every
+sample read whole and with every sample read in its first half only (the two bounds of a check's cost).
 
     python benchmarks/health_check_cost.py [--steps 300] [--checks 3] [--repeats 3] [--threads 1] [--check-only R]
 """
@@ -79,17 +82,32 @@ def check_only(options: argparse.Namespace, tokenizer: Any, data: dict) -> float
         model, shared = trainer.model, corpus_health._encoder_of
         callback.check(model, 0)  # warm-up, untimed: draws and collates the samples
         seconds: dict[str, list[float]] = {"shared": [], "full": []}
+        cpu: dict[str, list[float]] = {"shared": [], "full": []}
         for _ in range(options.check_only):
             for variant in seconds:
                 corpus_health._encoder_of = shared if variant == "shared" else (lambda model: None)
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 callback.check(model, 0)
                 seconds[variant].append(time.perf_counter() - start)
+                cpu[variant].append(time.process_time() - start_cpu)
         corpus_health._encoder_of = shared
     for variant, times in seconds.items():
         print(f"one check, {variant:<6} encoder pass: median {statistics.median(times):.2f} s "
-              f"[{min(times):.2f}-{max(times):.2f}] over {len(times)}")
-    ratio = statistics.median(s / f for s, f in zip(seconds["shared"], seconds["full"]))
+              f"[{min(times):.2f}-{max(times):.2f}], CPU {statistics.median(cpu[variant]):.2f} s "
+              f"[{min(cpu[variant]):.2f}-{max(cpu[variant]):.2f}] over {len(times)}")
+    # CPU seconds: what the check computes, much less disturbed than wall time by other work on the machine
+    ratio = statistics.median(s / f for s, f in zip(cpu["shared"], cpu["full"]))
+    with tempfile.TemporaryDirectory() as out:
+        trainer = make_trainer(options, tokenizer, data, STATIC, out, options.steps, options.steps + 1,
+                               corpus_health_checks=0, mix_corpora=True)
+        start_cpu = time.process_time()
+        trainer.train()
+        step_cpu = (time.process_time() - start_cpu) / options.steps
+    check_cpu = statistics.median(cpu["shared"])
+    for label, read in (("every sample read whole", 1.0), ("every sample read in its first half", 0.5)):
+        print(f"at the demo's shape, {label}: {options.demo_checks} x {read * check_cpu:.2f} CPU s / "
+              f"({options.demo_steps} x {1000 * step_cpu:.1f} CPU ms a training step) = "
+              f"{100 * options.demo_checks * read * check_cpu / (options.demo_steps * step_cpu):.2f} %")
     print(f"shared_encoder_check_ratio={ratio:.3f}")
     return ratio
 

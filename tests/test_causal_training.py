@@ -204,11 +204,12 @@ def test_the_health_checks_see_a_misaligned_corpus_of_a_causal_lm(tmp_path, toke
     collate = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
     sample = draw_health_sample(aligned["bible"], aligned["bible"], lambda rows: rows, tokens=10_000,
                                 sub_batch_tokens=10_000, seed=0, causal=True)
-    (rows,), (swapped,) = sample.train
-    for row, other, mixed in zip(rows, rows[-1:] + rows[:-1], swapped):
-        own, theirs = (next(i for i, label in enumerate(r["labels"]) if label != -100) for r in (row, other))
-        assert mixed["input_ids"] == other["input_ids"][:theirs] + row["input_ids"][own:]
-        assert mixed["labels"] == [-100] * theirs + row["labels"][own:]
+    assert len(sample.train) == 2
+    for (rows,), (swapped,) in sample.train:  # each half: its rows and their mismatched versions
+        for row, other, mixed in zip(rows, rows[-1:] + rows[:-1], swapped):
+            own, theirs = (next(i for i, label in enumerate(r["labels"]) if label != -100) for r in (row, other))
+            assert mixed["input_ids"] == other["input_ids"][:theirs] + row["input_ids"][own:]
+            assert mixed["labels"] == [-100] * theirs + row["labels"][own:]
 
     model = causal_model(tokenizer, "llama")
     warmup = balancing_config(tmp_path / "warmup", strategy="proportional", max_steps=400, learning_rate=5e-3,

@@ -154,7 +154,7 @@ class BalancingArguments:
     corpus_health_tokens: int = field(
         default=4096,
         metadata={"help": "Tokens of each corpus's training sample and of its dev sample in the corpus-health "
-                  "checks."},
+                  "checks (each read in two halves, the second only where the first cannot clear the corpus)."},
     )
     corpus_health_holdout: float = field(
         default=0.02,

@@ -2,7 +2,9 @@
 
 A few checks per run (``corpus_health_checks``, evenly spaced) measure how much the model relies on the sources of
 a fixed sample of every corpus's training pairs, held out of training (``corpus_health_holdout``), against its dev
-pairs (:mod:`uat_hf.evaluation.corpus_health`). A
+pairs (:mod:`uat_hf.evaluation.corpus_health`). Each check reads the first half of every corpus's sample, and the
+second half only where the first cannot clear the corpus (:meth:`~uat_hf.evaluation.corpus_health.CorpusHealth.
+undecided`): a sound corpus costs about half a sample, and every verdict is still reached on the whole sample. A
 corpus suspect at two consecutive checks (by a margin that keeps a sound corpus's chance of being called broken in
 a run under 1 %: :func:`~uat_hf.evaluation.corpus_health.suspect_z`) gets one warning in the log and, with
 ``corpus_health_action: set_aside``, is set aside: it keeps at most ``corpus_health_share`` of p from that step on,
@@ -26,6 +28,7 @@ from ..evaluation.corpus_health import (
     MIN_DEV_Z,
     CorpusHealth,
     HealthSample,
+    SampleCheck,
     check_sample,
     draw_health_sample,
     suspect_corpora,
@@ -97,10 +100,18 @@ class CorpusHealthCallback(TrainerCallback):
                                       causal=is_causal_lm(model))
                 for i, n in enumerate(self.names)}
         threshold = suspect_z(len(self.names), self.checks)
-        health = CorpusHealth(
-            step, self.names,
-            [check_sample(model, self._samples[n].train, self.language_code_ids) for n in self.names],
-            [check_sample(model, self._samples[n].dev, self.language_code_ids) for n in self.names], threshold)
+        halves = [[check_sample(model, getattr(self._samples[n], side)[0], self.language_code_ids)
+                   for n in self.names] for side in ("train", "dev")]
+        undecided = self._agreed(CorpusHealth(step, self.names, *halves, threshold).undecided())
+        if undecided:
+            logger.info(f"corpus health at step {step}: the first half of the sample cannot clear "
+                        f"{', '.join(undecided)}; their second half is read")
+        for n in undecided:  # the same passes on every rank (a sharded model needs them)
+            i = self.names.index(n)
+            for side, checks in zip(("train", "dev"), halves):
+                checks[i] = SampleCheck.pooled([checks[i], *(check_sample(model, half, self.language_code_ids)
+                                                            for half in getattr(self._samples[n], side)[1:])])
+        health = CorpusHealth(step, self.names, *halves, threshold)
         before = suspect_corpora(*self._previous, threshold=threshold) if self._previous else []
         confirmed = [name for name in health.suspects() if name in before]
         for name in confirmed:
