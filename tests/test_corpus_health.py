@@ -180,6 +180,26 @@ def test_a_misaligned_corpus_is_warned_about_by_name(learned, tokenizer, tmp_pat
     assert [e["step"] for e in logged] == [2, 4]
 
 
+def test_a_check_reads_the_second_half_only_of_the_corpora_its_first_half_cannot_clear(learned, tokenizer, tmp_path,
+                                                                                        caplog):
+    model, pairs = learned
+    args = UATConfig(output_dir=str(tmp_path / "out"), max_steps=1, max_tokens=400, learning_rate=1e-6,
+                     report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
+                     corpus_health_checks=1, corpus_health_tokens=100_000)  # every pair, in two halves
+    trainer = UATTrainer(model, args, train_corpora=dict(pairs, bible=_misaligned(pairs["bible"])),
+                         dev_corpora=pairs, processing_class=tokenizer)
+    health = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
+    with caplog.at_level(logging.INFO, logger="uat_hf.training.health_callback"):
+        trainer.train()
+    reread = [r.getMessage() for r in caplog.records if "second half" in r.getMessage()]
+    read = {name: corpus["train_sentences"] for name, corpus in health.summary()["corpora"].items()}
+    assert len(reread) == 1 and "bible" in reread[0] and read["bible"] == PAIRS  # the broken corpus: whole
+    for name, sentences in read.items():  # whole where the first half could not clear it, half elsewhere
+        assert (sentences == PAIRS) == (name in reread[0]), (read, reread)
+    assert any(read[name] < PAIRS for name in read), read  # a corpus the first half clears costs half a sample
+    assert health.last.suspects() == ["bible"]
+
+
 def test_healthy_corpora_get_no_warning(learned, tokenizer, tmp_path, caplog):
     model, pairs = learned
     args = UATConfig(output_dir=str(tmp_path / "out"), max_steps=4, max_tokens=400, learning_rate=1e-6,
