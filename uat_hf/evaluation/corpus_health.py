@@ -253,7 +253,7 @@ def draw_health_sample(train: object, dev: object, collate_fn: Callable[[list[di
     for purpose, dataset in enumerate((train, dev)):
         lengths = example_lengths(dataset)
         chosen = draw_token_batch(lengths, tokens, np.random.default_rng([seed, purpose]))
-        chosen = chosen[np.lexsort((chosen, lengths[chosen]))]  # by length, then index: the halves are fixed
+        chosen = chosen[np.lexsort((chosen, lengths[chosen]))]  # by length, then index: halves, neighbours fixed
         rows = dataset.select_columns([c for c in MODEL_COLUMNS if c in dataset.column_names]).select(
             chosen.tolist()).to_list()
         order = np.random.default_rng([seed, 2]).permutation(len(rows))
