@@ -167,6 +167,7 @@ KNOWN_ANSWER: dict[str, dict] = {
 #: The noise cells (issue 45): one corpus broken by a common kind of noise (study/noise.py). Training pairs after
 #: each cell's cleaning (construction.json; a test checks them).
 NOISE_SIZES: dict[str, dict[str, int]] = {
+    "control": MULTIDOMAIN_SIZES,
     "misordered": {"bible": 8867, "descriptions": 11025, "dictionary": 4527, "software": 17337},
     "neardup": {"bible": 8867, "descriptions": 11025, "dictionary": 23495, "software": 17337},
     "partial20": {"bible": 8867, "descriptions": 11025, "dictionary": 4527, "software": 17335},

@@ -3,9 +3,10 @@
 After Khayrallah and Koehn ("On the Impact of Various Types of Noise on Neural Machine Translation", 2018):
 misaligned sentences, misordered words, wrong language, untranslated sentences (target = source) and short
 segments; plus near-duplicates (copies that exact dedupe keeps) and partial corruption (a share of a corpus
-misaligned). Each kind names the corpus it breaks in the bundled English→German sample and the function that
-breaks it; ``known_answer_data.py`` writes the corpora and ``grid.py`` the cells. Every function takes and returns
-parallel lists of sources and targets and draws only from the ``numpy`` generator it is given.
+misaligned); and the control, in which nothing is broken. Each kind names the corpus it breaks in the bundled
+English→German sample and the function that breaks it; ``known_answer_data.py`` writes the corpora and ``grid.py``
+the cells. Every function takes and returns parallel lists of sources and targets and draws only from the ``numpy``
+generator it is given.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ class NoiseKind:
     corpus: str  # the corpus of the bundled sample it breaks
     about: str  # one sentence: what a training pair of that corpus becomes
     dedupe: bool = True  # the cells' dedupe setting (False where the noise is exact repetition)
+
+
+def unchanged(sources: list[str], targets: list[str], rng: np.random.Generator) -> Pairs:
+    """Every pair as it is: the control cell, in which the share sweep shows what starving a sound corpus does to
+    the others, so that a noise cell's oracle can be told apart from that."""
+    return list(sources), list(targets)
 
 
 def untranslated(sources: list[str], targets: list[str], rng: np.random.Generator) -> Pairs:
@@ -102,6 +109,8 @@ def wrong_language(sources: list[str], targets: list[str], rng: np.random.Genera
 
 #: setup name → (kind, transformation). Names carry no "-": a cell is <setup>-<regime>-<strategy>.
 KINDS: dict[str, tuple[NoiseKind, Callable[..., Pairs]]] = {
+    "control": (NoiseKind("software", "every training pair is kept as it is (the control: nothing is broken)"),
+                unchanged),
     "untranslated": (NoiseKind("software", "every training target is a copy of its source (untranslated)"),
                      untranslated),
     "misordered": (NoiseKind("software", "every training target's words are shuffled"), misordered),
