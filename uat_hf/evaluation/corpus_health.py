@@ -289,7 +289,7 @@ def _with_source_of(row: dict, other: dict, causal: bool) -> dict:
             "labels": [IGNORE_INDEX] * theirs + row["labels"][own:]}
 
 
-def check_sample(model: nn.Module, batches: tuple[list[dict], list[dict]],
+def check_sample(model: nn.Module, batches: Versions,
                  language_code_ids: Collection[int] = ()) -> SampleCheck:
     """Loss and per-sentence source use of one sample (its aligned and mismatched sub-batches); language-code
     positions (which a multilingual tokenizer puts in the labels and the decoder is forced to) are not scored.

@@ -46,7 +46,8 @@ def audit_specs(specs: Sequence, preprocessing, *, sample: int = SAMPLE, seed: i
         if spec.split_location("dev") is not None:
             pairs = cleaned_split(spec, "dev").select_columns(["source", "target"]).to_dict()
             dev[spec.name] = pairs["source"], pairs["target"]
-        if len(dev.get(spec.name, ((),))[0]) >= MIN_DEV_PAIRS:  # a corpus that cannot be judged is not hashed
+        dev_pairs = len(dev[spec.name][0]) if spec.name in dev else 0
+        if dev_pairs >= MIN_DEV_PAIRS:  # a corpus that cannot be judged is not hashed
             keys[spec.name] = _pair_keys(train[spec.name], spec.name, num_proc)
     languages = {spec.name: (spec.source_lang, spec.target_lang) for spec in specs}
     report = audit_corpora(train, dev, languages, sample=sample, seed=seed, failing=failing, keys=keys)
