@@ -94,10 +94,11 @@ def view_scores(run, pairs: dict[str, tuple]) -> dict[str, dict[str, float]]:
     return out
 
 
-def copy_view_lines(runs: list, corpora: list[str], baseline: str, strategies: list[str],
+def copy_view_lines(runs: list, views: list[list[str]], baseline: str, strategies: list[str],
                     corpus_dir: str | None) -> list[str]:
-    """The section: the copy baseline per corpus, then per strategy its macro BLEU and chrF over ``corpora`` in
-    the needs-translation view with the paired Δ from ``baseline`` and the smallest Δ its seeds detect."""
+    """The section: the copy baseline per corpus, then for each corpus list of ``views`` one table: per strategy
+    its macro BLEU and chrF over those corpora in the needs-translation view, with the paired Δ from ``baseline``,
+    the smallest Δ its seeds detect and, where the group has an oracle, the share of the oracle's Δ it recovers."""
     pairs = run_pairs(runs[0], corpus_dir)
     if pairs is not None:
         pairs = {c: p for c, p in pairs.items() if (runs[0].folder / "hypotheses" / f"{c}.txt.gz").is_file()}
@@ -126,26 +127,47 @@ def copy_view_lines(runs: list, corpora: list[str], baseline: str, strategies: l
                      f"{copy['reference_copy_rate']:.0%} | {kept} of {len(references)} | "
                      f"{above['bleu']} of {len(runs)} | {above['chrf']} of {len(runs)} |")
     scored = {id(run): view_scores(run, pairs) for run in runs}
+    for corpora in views:
+        lines += _view_table(runs, scored, corpora, baseline, strategies)
+    return lines + [""]
+
+
+def _view_table(runs: list, scored: dict, corpora: list[str], baseline: str, strategies: list[str]) -> list[str]:
+    """One table of :func:`copy_view_lines`: the view's macro over ``corpora``."""
     view = {id(run): {m: statistics.mean(scored[id(run)][c][m] for c in corpora) for m in ("bleu", "chrf")}
             for run in runs}
     base = {r.seed: view[id(r)] for r in runs if r.strategy == baseline}
-    lines += ["", f"Macro over {', '.join(corpora)}, in the view; Δ paired with {baseline} of the same seed; p a "
-              "two-sided paired t-test over the seeds, Holm-corrected across the table's tests of one measure; "
-              "detectable: the smallest true Δ that test finds with 80 % power.", "",
-              "| strategy | seeds | BLEU | chrF | Δ BLEU | p (Holm) | detectable | Δ chrF | p (Holm) | detectable | "
-              "copied |", "|---" * 11 + "|"]
+    oracle = {r.seed: view[id(r)] for r in runs if r.strategy == "oracle"}
     shown = [s for s in strategies if any(r.strategy == s for r in runs)]
     mine_of = {s: sorted((r for r in runs if r.strategy == s), key=lambda r: r.seed) for s in shown}
+
+    def recovered(strategy: str, metric: str) -> str:
+        """The share of the oracle's mean Δ over the same seeds that ``strategy``'s mean Δ is."""
+        paired = [(view[id(r)][metric] - base[r.seed][metric], oracle[r.seed][metric] - base[r.seed][metric])
+                  for r in mine_of[strategy] if r.seed in base and r.seed in oracle]
+        gain = statistics.mean(o for _, o in paired) if paired else None
+        return num(statistics.mean(d for d, _ in paired) / gain if gain and strategy not in ("oracle", baseline)
+                   else None, ".0%")
+
     tests = {metric: verdicts([[] if s == baseline else [view[id(r)][metric] - base[r.seed][metric]
                                                           for r in mine_of[s] if r.seed in base] for s in shown])
              for metric in ("bleu", "chrf")}
+    share = " | of oracle's Δ" if oracle else ""
+    lines = ["", f"Macro over {', '.join(corpora)}, in the view; Δ paired with {baseline} of the same seed; p a "
+             "two-sided paired t-test over the seeds, Holm-corrected across the table's tests of one measure; "
+             "detectable: the smallest true Δ that test finds with 80 % power"
+             + ("; of oracle's Δ: the share of the oracle's mean Δ over the same seeds that a strategy recovers"
+                if oracle else "") + ".", "",
+             f"| strategy | seeds | BLEU | chrF | Δ BLEU | p (Holm) | detectable{share} | Δ chrF | p (Holm) | "
+             f"detectable{share} | copied |", "|---" * (11 + 2 * bool(oracle)) + "|"]
     for k, strategy in enumerate(shown):
         mine = mine_of[strategy]
         cells = []
         for metric in ("bleu", "chrf"):
             _, mean, p, smallest = tests[metric][k]
             cells += [num(mean, "+.2f") if strategy != baseline else "–", num(p, ".3f"), num(smallest)]
+            cells += [recovered(strategy, metric)] if oracle else []
         copied = statistics.mean(statistics.mean(scored[id(r)][c]["copy_rate"] for c in corpora) for r in mine)
         lines.append(f"| {strategy} | {len(mine)} | {mean_sd([view[id(r)]['bleu'] for r in mine])} | "
                      f"{mean_sd([view[id(r)]['chrf'] for r in mine])} | {' | '.join(cells)} | {copied:.0%} |")
-    return lines + [""]
+    return lines

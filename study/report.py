@@ -309,8 +309,9 @@ def group_section(group: str, runs: list[ArchivedRun], findings: dict[str, str],
             lines += [target_line(runs, baseline), "", *law_table(runs), ""]
         if is_known_answer(group):
             lines += known_answer_lines(group, runs, baseline, _strategies(runs))
-        view_corpora = intact_corpora(group.split("-")[0], corpora) if is_known_answer(group) else corpora
-        lines += copy_view_lines(runs, view_corpora, baseline, _strategies(runs),
+        intact = intact_corpora(group.split("-")[0], corpora) if is_known_answer(group) else corpora
+        lines += copy_view_lines(runs, [intact] + ([corpora] if intact != corpora else []), baseline,
+                                 _strategies(runs),
                                  _corpus_dir(recipe.get("corpus_dir")))
     convergence = convergence_table(runs)
     if convergence:

@@ -255,6 +255,32 @@ def test_report_scores_the_intact_corpora_against_proportional_and_names_the_ora
     assert "Highest mean BLEU over the intact corpora: oracle (6.00)." in lines
 
 
+def test_the_view_tables_give_the_oracles_share_over_the_intact_corpora_and_over_all_of_them(tmp_path):
+    copy_view = load_study("copy_view")
+    runs, scored = [], {}
+    for seed in (1, 2):
+        for strategy, (intact, software) in {"proportional": (4.0, 4.0), "oracle": (6.0, 0.0),
+                                             "proportional-drop": (5.0, 8.0)}.items():
+            run = _run(tmp_path, strategy, seed, {"bible": 0.0}, {"strategy": "proportional"}, group="partial50-A")
+            scored[id(run)] = {c: {"bleu": intact + seed, "chrf": 2 * intact + seed, "copy_rate": 0.1}
+                               for c in ("bible", "descriptions", "dictionary")}
+            scored[id(run)]["software"] = {"bleu": software, "chrf": 2 * software, "copy_rate": 0.3}
+            runs.append(run)
+    strategies = ["proportional", "oracle", "proportional-drop"]
+    intact = "\n".join(copy_view._view_table(runs, scored, ["bible", "descriptions", "dictionary"], "proportional",
+                                             strategies))
+    # intact: the oracle gains 2, drop 1 (half of it) in BLEU; in chrF 4 and 2
+    assert "Macro over bible, descriptions, dictionary, in the view;" in intact
+    assert "| proportional-drop | 2 | 6.50 ± 0.71 | 11.50 ± 0.71 | +1.00 | 0.000 | 0.00 | 50% | +2.00 | 0.000 | " \
+           "0.00 | 50% | 10% |" in intact
+    everything = "\n".join(copy_view._view_table(runs, scored, ["bible", "descriptions", "dictionary", "software"],
+                                                 "proportional", strategies))
+    # all four: the oracle's BLEU gain (3 · 2 - 4) / 4 = +0.5, drop's (3 · 1 + 4) / 4 = +1.75: 350 % of it
+    assert "| oracle | 2 | 5.62 ± 0.53 | 10.12 ± 0.53 | +0.50 | 0.000 | 0.00 | – | +1.00 | 0.000 | 0.00 | – |" \
+        in everything
+    assert "| +1.75 | 0.000 | 0.00 | 350% | +3.50 | 0.000 | 0.00 | 350% | 15% |" in everything
+
+
 def _proportional() -> dict[str, float]:
     sizes = recipes.KNOWN_ANSWER["misaligned"]["sizes"]
     return {c: n / sum(sizes.values()) for c, n in sizes.items()}
