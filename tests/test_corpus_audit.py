@@ -40,7 +40,7 @@ def test_sound_corpora_pass_every_signal(bundled):
     assert report.suspects == [], report.table()
     for audit in report.corpora.values():
         assert audit.clean_share == 1.0 and audit.verdict == "ok"
-        assert set(audit.signals) == {"copy", "language", "length", "repeat", "lexical", "fluency"}
+        assert set(audit.signals) == {"copy", "language", "length", "repeat", "lexical", "fluency", "order"}
 
 
 def test_untranslated_copies_are_seen_and_count_for_almost_nothing(bundled):
@@ -74,8 +74,48 @@ def test_a_partly_misaligned_corpus_is_seen_and_its_clean_share_estimated(bundle
     for k, i in enumerate(broken):  # each broken pair gets the target of the next broken one
         moved[i] = targets[broken[(k + 1) % len(broken)]]
     audit = _audit({**train, "bible": (sources, moved)}, dev).corpora["bible"]
-    assert "lexical" in audit.flagged and set(audit.flagged) <= {"lexical", "length"}, audit  # verses of other lengths
+    # verses of other lengths; a misaligned target follows its source's order no more than a shuffled one does
+    assert "lexical" in audit.flagged and set(audit.flagged) <= {"lexical", "length", "order"}, audit
     assert 1 - share - 0.1 <= audit.clean_share <= 1 - share / 2  # sees at least half of the broken pairs
+
+
+def _shuffled(targets: list[str], rows, seed: int = 0) -> list[str]:
+    """``targets`` with the words of the targets at ``rows`` in a random order (Khayrallah and Koehn's misordered
+    noise)."""
+    rng, out = np.random.default_rng(seed), list(targets)
+    for i in rows:
+        tokens = out[i].split()
+        out[i] = " ".join(tokens[k] for k in rng.permutation(len(tokens)))
+    return out
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_targets_in_shuffled_word_order_are_seen_and_their_share_estimated(bundled, share):
+    """Shuffled targets keep every word, so copy, language, length, lexical adequacy and (on short strings) the
+    bigram score pass them; the order of their links to the source does not. The pairs in random order fail the
+    order signal only at its null rate, which the audit measures, so the clean share still comes out right."""
+    train, dev = bundled
+    sources, targets = train["bible"]
+    rows = np.random.default_rng(1).choice(len(targets), size=int(share * len(targets)), replace=False)
+    report = audit_corpora({**train, "bible": (sources, _shuffled(targets, rows))}, dev,
+                           {name: LANGS for name in train}, sample=1200, seed=1, failing=True)
+    audit = report.corpora["bible"]
+    assert report.suspects == ["bible"] and "order" in audit.flagged, report.table()
+    assert 0.5 < audit.order_null < 1 and audit.signals["order"].dev < 0.3  # the dev pairs: 25 % by the quantile
+    assert abs(audit.clean_share - max(1 - share, 0.01)) < 0.12  # truth: 0 (at least 1 %) and 0.5
+    # drop keeps the pairs in random order that passed, and the prior counts what it keeps at its clean share
+    is_shuffled = np.isin(np.arange(len(targets)), rows)
+    kept_broken = (~audit.failing & is_shuffled).sum() / (~audit.failing).sum()
+    assert audit.failing[is_shuffled].mean() > 0.6 and kept_broken > 0.03
+    assert abs(audit.kept_clean_share - max(1 - kept_broken, 0.01)) < 0.15
+    from uat_hf.cli.arguments import DataArguments
+    from uat_hf.cli.audit import audited_sizes
+
+    data_args = DataArguments(corpus_dir="bundled:multidomain-en-de", source_lang="en", target_lang="de")
+    kept = {name: list(range(3000 if name != "bible" else int((~audit.failing).sum()))) for name in train}
+    assert audited_sizes(report, data_args, kept) == {**{name: 3000 for name in train if name != "bible"},
+                                                      "bible": pytest.approx(len(kept["bible"])
+                                                                             * audit.kept_clean_share)}
 
 
 def test_near_duplicates_that_exact_dedupe_keeps_count_once(bundled):

@@ -49,7 +49,9 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0, cleaned=N
         audit = report.corpora[name]
         dropped = 0 if audit.failing is None else int(audit.failing.sum())
         action = {"reweight": "its prior counts its effective size",
-                  "drop": f"its {dropped} failing pairs are dropped"}.get(
+                  "drop": f"its {dropped} failing pairs are dropped" + (
+                      f" and the prior counts the rest at their clean share ({audit.kept_clean_share:.0%})"
+                      if audit.kept_clean_share < 1 else "")}.get(
             data_args.corpus_audit, "set corpus_audit: reweight to start its prior from its effective size, or drop "
                                     "to train without its failing pairs")
         logger.warning(f"corpus {name!r} is suspect ({', '.join(audit.flagged)}): about {audit.clean_share:.0%} of "
@@ -59,10 +61,19 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0, cleaned=N
 
 
 def audited_sizes(audit, data_args: DataArguments, train) -> dict[str, float] | None:
-    """With ``corpus_audit: reweight``, the sizes the prior counts: each suspect corpus's examples times its clean
-    share. A streamed run keeps the sizes of its streams (its prior is theirs, or ``corpus_probabilities``), and
-    says so when a corpus is suspect."""
-    if audit is None or data_args.corpus_audit != "reweight" or not audit.suspects or set(train) - set(audit.corpora):
+    """The sizes the prior counts when the audit changes them: with ``corpus_audit: reweight`` each suspect
+    corpus's examples times its clean share; with ``drop`` the examples it kept times their clean share, where a
+    flagged signal lets broken pairs pass (word order; else ``None``: the kept examples count as they are). A
+    streamed run keeps the sizes of its streams (its prior is theirs, or ``corpus_probabilities``), and says so when
+    a corpus is suspect."""
+    if audit is None or not audit.suspects or set(train) - set(audit.corpora):
+        return None
+    if data_args.corpus_audit == "drop":
+        shares = {name: audit.corpora[name].kept_clean_share for name in audit.suspects if name in train}
+        if all(share == 1.0 for share in shares.values()):
+            return None
+        return {name: len(dataset) * shares.get(name, 1.0) for name, dataset in train.items()}
+    if data_args.corpus_audit != "reweight":
         return None
     if any(not hasattr(dataset, "__len__") for dataset in train.values()):
         logger.warning("corpus_audit: reweight does not change a streamed run's prior (its streams' sizes): give the "

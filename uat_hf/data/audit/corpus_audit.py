@@ -3,7 +3,7 @@
 MultiUAT's premise is a small trusted dev set per corpus. The audit uses it as the reference for every signal of
 :mod:`.signals`: a corpus is suspect on a signal only when its training pairs fail it clearly more often than its
 dev pairs do — by at least :data:`MARGIN` of the pairs and by :data:`Z_THRESHOLD` standard errors of the
-difference (a one-sided test at about 3e-5 per corpus and signal, so that 64 corpora × 6 signals keep the chance
+difference (a one-sided test at about 3e-5 per corpus and signal, so that 64 corpora × 7 signals keep the chance
 of any false alarm per run near 1 %). What the dev set fails too is the corpus's nature (a dictionary's short
 entries, software strings that copy names), not noise. The estimated clean share — the pairs beyond the dev
 set's rate on the signals that fired, and the repeats when repetition fired — gives the corpus's *effective
@@ -31,6 +31,7 @@ SIGNALS = {
     "repeat": "normalised pair seen earlier in the corpus",
     "lexical": "its source explains its target less than 95 % of the dev pairs' do (IBM Model 1)",
     "fluency": "target bigram score below the dev pairs' 5th percentile",
+    "order": "its word order follows its source's less than 75 % of the dev pairs' do (Kendall's τ of the links)",
 }
 MARGIN, Z_THRESHOLD = 0.10, 4.0
 #: The training pairs sampled per corpus.
@@ -43,6 +44,11 @@ DEV_QUANTILE = 0.05
 #: sound dev pairs explain nothing the model knows (software's strings of names and placeholders), the quantile is
 #: 0 and would fail nothing. Unrelated sentences score about 0.001-0.01, translations about 0.4 (bundled software).
 LEXICAL_COVERAGE = 0.05
+#: The order signal fails a pair below this quantile of the dev pairs' τ: one pair's order is weak evidence (a few
+#: links; sound translations reorder too), so the tail is wider than the other model signals', and the share of
+#: pairs in random order that fall below it (measured by shuffling the held-out targets) says how many broken pairs
+#: the failing share stands for.
+ORDER_QUANTILE = 0.25
 #: The length band: the dev pairs' median log length ratio ± this many robust standard deviations (1.4826 MAD).
 LENGTH_BAND = 4.0
 #: The least effective share a corpus keeps, so that every strategy's prior stays positive.
@@ -67,6 +73,10 @@ class CorpusAudit:
     dev_pairs: int
     signals: dict[str, SignalRate] = field(default_factory=dict)
     clean_share: float = 1.0
+    #: The clean share of the pairs ``drop`` keeps: below 1 where a flagged signal lets broken pairs pass (order).
+    kept_clean_share: float = 1.0
+    #: The share of held-out pairs, their targets shuffled, that the order signal fails (its broken pairs' rate).
+    order_null: float | None = None
     not_measurable: str | None = None  # why the rates cannot be judged (no or too small a dev set)
     streamed: bool = False  # audited on the first pairs of a stream (``pairs``: its size from metadata, if known)
     #: Of a suspect corpus, when asked for (``corpus_audit: drop``): each training pair (in the corpus's order)
@@ -180,9 +190,21 @@ def audit_corpora(train: Mapping[str, Pairs | datasets.Dataset], dev: Mapping[st
         dev_scores = fluency.scores(dev_targets)
         fluency_floor = np.quantile(dev_scores, DEV_QUANTILE)
         fails["fluency"] = (fluency.scores(ht) < fluency_floor, dev_scores < fluency_floor)
+        dev_order, held_order = lexical.order(dev_sources, dev_targets), lexical.order(hs, ht)
+        measured = ~np.isnan(held_order), ~np.isnan(dev_order)
+        order_floor = marks = None
+        if min(measured[0].sum(), measured[1].sum()) >= MIN_DEV_PAIRS:  # NaN (a short pair) never fails
+            order_floor = float(np.nanquantile(dev_order, ORDER_QUANTILE))
+            fails["order"] = (held_order < order_floor, dev_order < order_floor)
+            mark_floor = float(np.nanquantile(dev_order, DEV_QUANTILE))  # what drop marks: the clear cases
+            marks = (held_order < mark_floor, dev_order < mark_floor)
+            null = lexical.order(hs, signals.shuffled(ht, rng))
+            audit.order_null = round(float(np.mean(null[~np.isnan(null)] < order_floor)), 4)
         for signal in SIGNALS:
-            audit.signals[signal] = _compare(*fails[signal])
-        audit.clean_share = _clean_share(audit, fails, picked[name], halves[name][1])
+            if signal in fails:  # the order signal over the pairs it can measure
+                audit.signals[signal] = _compare(*(fails[signal] if signal != "order" else
+                                                   (fails[signal][0][measured[0]], fails[signal][1][measured[1]])))
+        audit.clean_share, audit.kept_clean_share = _clean_shares(audit, fails, picked[name], halves[name][1], marks)
         if failing and audit.flagged:
             sources, targets = _every(pairs)
             rules = [signal for signal in audit.flagged if signal in RULE_SIGNALS]
@@ -193,6 +215,8 @@ def audit_corpora(train: Mapping[str, Pairs | datasets.Dataset], dev: Mapping[st
                 every["lexical"] = lexical.scores(sources, targets) < lexical_floor
             if "fluency" in audit.flagged:
                 every["fluency"] = fluency.scores(targets) < fluency_floor
+            if "order" in audit.flagged:
+                every["order"] = lexical.order(sources, targets) < mark_floor
             audit.failing = np.logical_or.reduce([every[signal] for signal in audit.flagged])
     return report
 
@@ -251,21 +275,37 @@ def _compare(train_fails: np.ndarray, dev_fails: np.ndarray) -> SignalRate:
                       r_t - r_d >= MARGIN and z >= Z_THRESHOLD)
 
 
-def _clean_share(audit: CorpusAudit, fails: dict, picked: np.ndarray, held_out: np.ndarray) -> float:
-    """The share of sound pairs, from the held-out sample pairs failing any flagged signal but repetition (f) and
-    the dev pairs failing them (d, sound pairs that fail anyway): f = (1 − c) + c·d, so c = (1 − f) / (1 − d);
-    times the share of first occurrences when repetition is flagged."""
-    flagged = [s for s in audit.flagged if s != "repeat"]
-    share = 1.0
-    if flagged:
-        on_held_out = np.isin(picked, held_out)
-        train_any = np.zeros(len(held_out), dtype=bool)
-        dev_any = np.zeros(audit.dev_pairs, dtype=bool)
-        for signal in flagged:
-            train_fail, dev_fail = fails[signal]
+def _clean_shares(audit: CorpusAudit, fails: dict, picked: np.ndarray, held_out: np.ndarray,
+                  order_marks: tuple | None) -> tuple[float, float]:
+    """The share of sound pairs, and that of the pairs ``drop`` keeps.
+
+    From the held-out sample pairs failing any flagged signal but repetition and order (f) and the dev pairs failing
+    them (d, sound pairs that fail anyway): f = (1 − c) + c·d, so c = (1 − f) / (1 − d); times the share of first
+    occurrences when repetition is flagged. That counts every broken pair as failing, and so do the pairs ``drop``
+    keeps. The order signal knows how often a broken pair fails it — at its null rate b, the rate of pairs in random
+    order — so where it fired it gives the broken share β = (f − d) / (b − d) over the pairs it measures: the corpus
+    is no cleaner than 1 − β. ``drop`` marks on order only the clear cases (``order_marks``: below the dev pairs'
+    :data:`DEV_QUANTILE`, since its wider quartile fails a quarter of the sound pairs); of the β broken pairs the
+    marks catch those beyond the sound pairs' rate, and the rest stay among the kept pairs."""
+    on_held_out = np.isin(picked, held_out)
+
+    def failing_any(marked: list[tuple]) -> tuple[float, float]:
+        train_any, dev_any = np.zeros(len(held_out), dtype=bool), np.zeros(audit.dev_pairs, dtype=bool)
+        for train_fail, dev_fail in marked:
             train_any |= train_fail if len(train_fail) == len(held_out) else train_fail[on_held_out]
             dev_any |= dev_fail
-        share = min(1.0, (1 - float(train_any.mean())) / max(1 - float(dev_any.mean()), 1e-9))
+        return float(train_any.mean()), float(dev_any.mean())
+
+    flagged = [fails[s] for s in audit.flagged if s not in ("repeat", "order")]
+    f, d = failing_any(flagged)
+    share, kept = min(1.0, (1 - f) / max(1 - d, 1e-9)) if flagged else 1.0, 1.0
+    if "order" in audit.flagged:
+        rate = audit.signals["order"]
+        broken = min(1.0, max(0.0, (rate.train - rate.dev) / max(audit.order_null - rate.dev, 1e-9)))
+        share = min(share, 1 - broken)
+        f, d = failing_any(flagged + [order_marks])
+        passed = max(0.0, broken - (f - d * (1 - broken)))  # the broken pairs no mark caught
+        kept = min(1.0, max(MIN_CLEAN_SHARE, 1 - passed / max(1 - f, 1e-9)))
     if "repeat" in audit.flagged:
         share *= 1 - audit.signals["repeat"].train
-    return max(share, MIN_CLEAN_SHARE)
+    return max(share, MIN_CLEAN_SHARE), kept

@@ -133,6 +133,39 @@ class LexicalModel:
         out[known] = np.nanmean(both[:, known], axis=0)
         return out
 
+    def order(self, sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+        """How far each target keeps its source's word order: Kendall's τ between the positions of the target
+        words and those of the source words that best translate them (the forward table's links, as a word
+        aligner's diagonal prior reads them). Sound translations keep much of the order (τ about 0.5 in the bundled
+        German), shuffled targets none (τ about 0). NaN with fewer than :data:`ORDER_LINKS` links or no variation
+        in either position: a short pair says nothing about order."""
+        out = np.full(len(sources), np.nan)
+        for k, (source, target) in enumerate(zip(sources, targets)):
+            source = words(source)
+            links = [(j, max(range(len(source)), key=lambda i: self.forward.get((source[i], word), 0.0)))
+                     for j, word in enumerate(words(target))
+                     if source and any((e, word) in self.forward for e in source)]
+            if len(links) >= ORDER_LINKS:
+                out[k] = _kendall_tau(*np.array(links).T)
+        return out
+
+
+#: The least links a pair needs for its word order to be measured.
+ORDER_LINKS = 3
+
+
+def _kendall_tau(x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's τ-b of two short sequences (ties in either count for neither side); NaN if one is constant."""
+    dx, dy = np.sign(x[:, None] - x[None, :]), np.sign(y[:, None] - y[None, :])
+    pairs_x, pairs_y = np.count_nonzero(dx), np.count_nonzero(dy)
+    return float((dx * dy).sum() / math.sqrt(pairs_x * pairs_y)) if pairs_x and pairs_y else math.nan
+
+
+def shuffled(texts: Sequence[str], rng: np.random.Generator) -> list[str]:
+    """Each text's words in a random order: what a pair with no word order scores, for the order signal's null."""
+    return [" ".join(np.asarray(tokens)[rng.permutation(len(tokens))]) if (tokens := text.split()) else text
+            for text in texts]
+
 
 def _information(sentences: list[list[str]]) -> dict[str, float]:
     """Each word's self-information, log(tokens / count): a pair earns little for explaining "und" by "and",
