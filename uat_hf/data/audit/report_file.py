@@ -1,9 +1,9 @@
 """An audit report kept beside the prepared data it describes, so that a run that reads its preparation cache
 reads its audit too instead of measuring the corpora again.
 
-One report per key (the sample's seed and size, whether the failing pairs were marked): a JSON file of
-:meth:`~.corpus_audit.AuditReport.to_dict` and, for the marks, an ``.npz`` of packed bits. Each file is written
-under a temporary name and renamed, so that a reader sees a complete file or none.
+One report per key (the audit's version, the sample's seed and size, whether the failing pairs were marked): a JSON
+file of :meth:`~.corpus_audit.AuditReport.to_dict` and, for the marks, an ``.npz`` of packed bits. Each file is
+written under a temporary name and renamed, so that a reader sees a complete file or none.
 """
 
 from __future__ import annotations
@@ -23,8 +23,13 @@ logger = logging.getLogger(__name__)
 __all__ = ["load_report", "report_name", "save_report"]
 
 
+#: Raised whenever a signal, threshold or estimate of the audit changes, so that a cached report of an older audit
+#: is never read (2: the order signal).
+AUDIT_VERSION = 2
+
+
 def report_name(seed: int, sample: int, failing: bool) -> str:
-    return f"audit-seed{seed}-sample{sample}" + ("-failing" if failing else "")
+    return f"audit-v{AUDIT_VERSION}-seed{seed}-sample{sample}" + ("-failing" if failing else "")
 
 
 def save_report(folder: Path, name: str, report: AuditReport) -> None:
