@@ -141,10 +141,11 @@ class LexicalModel:
         in either position: a short pair says nothing about order."""
         out = np.full(len(sources), np.nan)
         for k, (source, target) in enumerate(zip(sources, targets)):
-            source = words(source)
-            links = [(j, max(range(len(source)), key=lambda i: self.forward.get((source[i], word), 0.0)))
-                     for j, word in enumerate(words(target))
-                     if source and any((e, word) in self.forward for e in source)]
+            source, links = words(source), []
+            for j, word in enumerate(words(target)):
+                chances = [self.forward.get((e, word), 0.0) for e in source]
+                if chances and (best := max(chances)) > 0:
+                    links.append((j, chances.index(best)))
             if len(links) >= ORDER_LINKS:
                 out[k] = _kendall_tau(*np.array(links).T)
         return out
