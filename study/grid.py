@@ -164,6 +164,33 @@ KNOWN_ANSWER: dict[str, dict] = {
         "sizes": {**MULTIDOMAIN_SIZES, "dictionary": 6 * MULTIDOMAIN_SIZES["dictionary"]},
     },
 }
+#: The product's decoder-only recipe, whose fields (all but the balancing ones) are the decoder-only noise cells'.
+CAUSAL_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "offline_causal_multilingual.yaml"
+_BALANCING_FIELDS = ("output_dir", "seed", "eval_split", "strategy", "measure", "mc_samples", "update_every",
+                     "scorer_lr", "dev_batch_tokens")
+BUNDLED_MULTILINGUAL = {"corpus_dir": "bundled:multilingual-ddtp", "direction": "many-to-one", "target_lang": "en",
+                        "corpora": ["fr", "de", "cs", "ko"], "max_source_length": 96, "max_target_length": 96,
+                        "max_length_ratio": 1.5}
+#: The regime A grids a noise kind breaks a corpus of (noise.NoiseKind.base): what each is and its fields.
+NOISE_BASES: dict[str, dict] = {
+    "multidomain": REGIMES["multidomain", "A"],
+    "multilingual": {
+        "about": "regime A on the bundled multilingual sample (Debian package descriptions, fr, de, cs, ko → en: "
+                 "4,000 / 3,000 / 1,500 / 1,000 training pairs, 100 dev and 100 test pairs each): the regime A model "
+                 "and schedule (1,950 steps of mixed batches of <= 1,000 tokens) with an 8K vocabulary for three "
+                 "scripts, lengths up to 96 tokens.",
+        "fields": {**BUNDLED_MULTILINGUAL, **DEMO_MODEL, "vocab_size": 8000, **DEMO_OPTIMISATION, "max_steps": 1950,
+                   "eval_strategy": "no", "save_strategy": "steps", "save_steps": 390, **DEMO_OUTPUT,
+                   "generation_max_length": 96},
+    },
+    "causal": {
+        "about": "the decoder-only recipe (recipes/offline_causal_multilingual.yaml: a 1.15M-parameter Llama-style "
+                 "causal LM, the bundled multilingual sample fr, de, cs, ko → en as prompts and completions, 2,000 "
+                 "steps of <= 2,000 tokens, greedy decoding), its fields but the balancing ones.",
+        "fields": {key: value for key, value in yaml.safe_load(CAUSAL_RECIPE.read_text(encoding="utf-8")).items()
+                   if key not in _BALANCING_FIELDS},
+    },
+}
 #: The noise cells (issue 45): one corpus broken by a common kind of noise (study/noise.py). Training pairs after
 #: each cell's cleaning (construction.json; a test checks them).
 NOISE_SIZES: dict[str, dict[str, int]] = {
@@ -175,11 +202,14 @@ NOISE_SIZES: dict[str, dict[str, int]] = {
     "short": {"bible": 8867, "descriptions": 11025, "dictionary": 4527, "software": 13544},
     "untranslated": {"bible": 8867, "descriptions": 11025, "dictionary": 4527, "software": 17220},
     "wronglang": {"bible": 8867, "descriptions": 9196, "dictionary": 4527, "software": 17337},
+    "mluntranslated": {"cs": 1393, "de": 2745, "fr": 3570, "ko": 901},
+    "causalpartial50": {"cs": 1393, "de": 2745, "fr": 3571, "ko": 901},
 }
 for _setup, (_kind, _transform) in noise.KINDS.items():
     BROKEN_CORPUS[_setup] = _kind.corpus
+    _sample = "bundled sample" if _kind.base == "multidomain" else "bundled multilingual sample"
     KNOWN_ANSWER[_setup] = {
-        "about": f"noise cell (issue 45), {_setup}: the bundled sample in which {_kind.corpus}: {_kind.about} "
+        "about": f"noise cell (issue 45), {_setup}: the {_sample} in which {_kind.corpus}: {_kind.about} "
                  f"(study/noise.py, seed 36). Dev and test sets are the bundled ones. The answer (the best static "
                  f"share of {_kind.corpus}) is found by the share sweep on the dev sets.",
         "fields": {"corpus_dir": f"{KNOWN_ANSWER_DIR}/{_setup}", **({} if _kind.dedupe else {"dedupe": False})},
@@ -274,7 +304,8 @@ def settings(setup: str, regime: str) -> dict:
     the sweep, the dev sets as the evaluation split)."""
     if (setup, regime) in REGIMES:
         return REGIMES[setup, regime]
-    base, known = REGIMES["multidomain", "A"], KNOWN_ANSWER[setup]
+    base = NOISE_BASES[noise.KINDS[setup][0].base] if setup in noise.KINDS else REGIMES["multidomain", "A"]
+    known = KNOWN_ANSWER[setup]
     fields, about = {**base["fields"], **known["fields"]}, f"{known['about']} Otherwise {base['about']}"
     if regime == SWEEP_REGIME:
         fields["eval_split"] = "dev"

@@ -61,11 +61,30 @@ MARKER = "construction.json"
 # ----------------------------------------------------------------------------------- reading and cleaning
 
 
-def read_pairs(file: Path) -> tuple[list[str], list[str]]:
-    """Sources and targets of a bundled ``.jsonl.gz`` file, as written (unstripped)."""
+def read_pairs(file: Path, languages: tuple[str, str] = (SOURCE_LANG, TARGET_LANG)) -> tuple[list[str], list[str]]:
+    """Sources and targets (``languages``: their keys) of a bundled ``.jsonl.gz`` file, as written (unstripped)."""
     with gzip.open(file, "rt", encoding="utf-8") as lines:
         rows = [json.loads(line)["translation"] for line in lines if line.strip()]
-    return [row[SOURCE_LANG] for row in rows], [row[TARGET_LANG] for row in rows]
+    return [row[languages[0]] for row in rows], [row[languages[1]] for row in rows]
+
+
+def _base_fields(setup: str) -> dict:
+    """The fields of the regime A grid whose corpora a setup breaks (grid.NOISE_BASES), before its own."""
+    return grid.NOISE_BASES[noise.KINDS[setup][0].base if setup in noise.KINDS else "multidomain"]["fields"]
+
+
+def bundled_sample(setup: str) -> Path:
+    """The bundled folder a setup's corpora are derived from."""
+    return ROOT / "uat_hf" / "bundled" / _base_fields(setup)["corpus_dir"].removeprefix("bundled:")
+
+
+def pair_languages(setup: str, corpus: str) -> tuple[str, str]:
+    """The keys of a corpus's source and target in its files: ``en``/``de``, or ``<corpus>``/``en`` in the
+    many-to-one multilingual sample."""
+    fields = _base_fields(setup)
+    if fields.get("direction") == "many-to-one":
+        return corpus, fields["target_lang"]
+    return SOURCE_LANG, TARGET_LANG
 
 
 def recipe_preprocessing(setup: str = "multidomain", *, dedupe: bool | None = None):
@@ -183,10 +202,11 @@ def misaligned_pairs(seed: int) -> tuple[list[str], list[str], dict]:
 # ----------------------------------------------------------------------------------- writing
 
 
-def write_jsonl_gz(file: Path, sources: list[str], targets: list[str]) -> None:
-    """One ``{"translation": {"en": ..., "de": ...}}`` line per pair, as the bundled files are; gzip with mtime 0,
-    so that the same pairs always give the same bytes."""
-    lines = "".join(json.dumps({"translation": {SOURCE_LANG: s, TARGET_LANG: t}}, ensure_ascii=False) + "\n"
+def write_jsonl_gz(file: Path, sources: list[str], targets: list[str],
+                   languages: tuple[str, str] = (SOURCE_LANG, TARGET_LANG)) -> None:
+    """One ``{"translation": {"en": ..., "de": ...}}`` line per pair (``languages``: the keys), as the bundled files
+    are; gzip with mtime 0, so that the same pairs always give the same bytes."""
+    lines = "".join(json.dumps({"translation": dict(zip(languages, (s, t)))}, ensure_ascii=False) + "\n"
                     for s, t in zip(sources, targets))
     write_gz(file, lines.encode("utf-8"))
 
@@ -196,19 +216,19 @@ def write_gz(file: Path, data: bytes) -> None:
         out.write(data)
 
 
-def _copy_unchanged(folder: Path, skip: str) -> None:
-    """Every bundled file but ``skip`` (a corpus's train file), byte for byte."""
-    for file in sorted(BUNDLED.glob("*.jsonl.gz")):
+def _copy_unchanged(folder: Path, skip: str, bundled: Path = BUNDLED) -> None:
+    """Every file of the bundled folder but ``skip`` (a corpus's train file), byte for byte."""
+    for file in sorted(bundled.glob("*.jsonl.gz")):
         if file.name != skip:
             shutil.copyfile(file, folder / file.name)
 
 
-def train_sizes(folder: Path, config) -> dict[str, int]:
-    """Training pairs of every corpus of ``folder`` after the cleaning ``config``."""
+def train_sizes(folder: Path, config, setup: str = "multidomain") -> dict[str, int]:
+    """Training pairs of every corpus of ``folder`` (a ``setup``'s) after the cleaning ``config``."""
     sizes = {}
     for file in sorted(folder.glob("*.train.jsonl.gz")):
         corpus = file.name.split(".")[0]
-        sizes[corpus] = len(kept_rows(*read_pairs(file), config, corpus))
+        sizes[corpus] = len(kept_rows(*read_pairs(file, pair_languages(setup, corpus)), config, corpus))
     return sizes
 
 
@@ -269,8 +289,9 @@ def build_noise(folder: Path, seed: int, setup: str) -> dict:
     """One corpus of the bundled sample broken by a kind of :mod:`noise` (the rows regime A's cleaning keeps, in
     file order); the others and every dev and test set byte for byte."""
     kind, transform = noise.KINDS[setup]
-    raw_sources, raw_targets = read_pairs(BUNDLED / f"{kind.corpus}.train.jsonl.gz")
-    rows = kept_rows(raw_sources, raw_targets, recipe_preprocessing(), kind.corpus)
+    bundled, languages = bundled_sample(setup), pair_languages(setup, kind.corpus)
+    raw_sources, raw_targets = read_pairs(bundled / f"{kind.corpus}.train.jsonl.gz", languages)
+    rows = kept_rows(raw_sources, raw_targets, recipe_preprocessing(setup, dedupe=True), kind.corpus)
     sources, targets = [raw_sources[k] for k in rows], [raw_targets[k] for k in rows]
     extra = {}
     if transform is noise.wrong_language:
@@ -280,9 +301,9 @@ def build_noise(folder: Path, seed: int, setup: str) -> dict:
     if hasattr(transform, "share"):
         extra["derange"] = derange
     noisy_sources, noisy_targets = transform(sources, targets, np.random.default_rng(seed), **extra)
-    _copy_unchanged(folder, f"{kind.corpus}.train.jsonl.gz")
-    write_jsonl_gz(folder / f"{kind.corpus}.train.jsonl.gz", noisy_sources, noisy_targets)
-    sizes = train_sizes(folder, recipe_preprocessing(setup))
+    _copy_unchanged(folder, f"{kind.corpus}.train.jsonl.gz", bundled)
+    write_jsonl_gz(folder / f"{kind.corpus}.train.jsonl.gz", noisy_sources, noisy_targets, languages)
+    sizes = train_sizes(folder, recipe_preprocessing(setup), setup)
     changed = sum(s != s0 or t != t0 for s, t, s0, t0 in zip(noisy_sources, noisy_targets, sources, targets))
     return {
         "setup": setup, "seed": seed, "changed": f"{kind.corpus}.train.jsonl.gz",

@@ -3,8 +3,9 @@
 After Khayrallah and Koehn ("On the Impact of Various Types of Noise on Neural Machine Translation", 2018):
 misaligned sentences, misordered words, wrong language, untranslated sentences (target = source) and short
 segments; plus near-duplicates (copies that exact dedupe keeps) and partial corruption (a share of a corpus
-misaligned); and the control, in which nothing is broken. Each kind names the corpus it breaks in the bundled
-English→German sample and the function that breaks it; ``known_answer_data.py`` writes the corpora and ``grid.py``
+misaligned); and the control, in which nothing is broken. Each kind names the corpus it breaks, the regime A grid
+it breaks it in (the bundled English→German sample, or the bundled multilingual sample under an encoder-decoder or a
+decoder-only model) and the function that breaks it; ``known_answer_data.py`` writes the corpora and ``grid.py``
 the cells. Every function takes and returns parallel lists of sources and targets and draws only from the ``numpy``
 generator it is given.
 """
@@ -25,6 +26,7 @@ class NoiseKind:
     corpus: str  # the corpus of the bundled sample it breaks
     about: str  # one sentence: what a training pair of that corpus becomes
     dedupe: bool = True  # the cells' dedupe setting (False where the noise is exact repetition)
+    base: str = "multidomain"  # the regime A grid whose corpora it breaks (grid.NOISE_BASES)
 
 
 def unchanged(sources: list[str], targets: list[str], rng: np.random.Generator) -> Pairs:
@@ -126,4 +128,10 @@ KINDS: dict[str, tuple[NoiseKind, Callable[..., Pairs]]] = {
                   misalign_share(0.20)),
     "partial50": (NoiseKind("software", "a random 50 % of the training pairs misaligned, the rest intact"),
                   misalign_share(0.50)),
+    # The multilingual cells (issue 45): French → English, the largest of the four bundled languages, broken under
+    # the regime A encoder-decoder and under the decoder-only recipe.
+    "mluntranslated": (NoiseKind("fr", "every training target is a copy of its French source (untranslated)",
+                                 base="multilingual"), untranslated),
+    "causalpartial50": (NoiseKind("fr", "a random 50 % of the training pairs misaligned, the rest intact",
+                                  base="causal"), misalign_share(0.50)),
 }

@@ -170,7 +170,10 @@ def audit_corpora(train: Mapping[str, Pairs | datasets.Dataset], dev: Mapping[st
     sampled = {name: _take(train[name], idx) for name, idx in picked.items()}  # in the order of ``picked``
     fit_s = [source for sources, _ in sampled.values() for source in sources[0::2]]
     fit_t = [target for _, targets in sampled.values() for target in targets[0::2]]
+    held_s = [source for sources, _ in sampled.values() for source in sources[1::2]]
+    held_t = [target for _, targets in sampled.values() for target in targets[1::2]]
     lexical, fluency = signals.LexicalModel(fit_s, fit_t), signals.FluencyModel(fit_t)
+    crossed: list[tuple[signals.LexicalModel, signals.FluencyModel]] = []  # fitted on the other halves, when needed
     report = AuditReport({}, sample, seed)
     for name, pairs in train.items():
         dev_sources, dev_targets = dev.get(name, ((), ()))
@@ -184,19 +187,17 @@ def audit_corpora(train: Mapping[str, Pairs | datasets.Dataset], dev: Mapping[st
         repeats = signals.repeated_keys(keys[name] if keys and name in keys else signals.pair_keys(*_every(pairs)))
         fails["repeat"] = (repeats[idx], signals.repeated(dev_sources, dev_targets))
         hs, ht = s[1::2], t[1::2]  # the held-out half, which the two models did not see
-        dev_scores = lexical.scores(dev_sources, dev_targets)  # NaN (nothing the model knows) never fails
-        lexical_floor = max(LEXICAL_COVERAGE, float(np.nanquantile(dev_scores, DEV_QUANTILE)))
-        fails["lexical"] = (lexical.scores(hs, ht) < lexical_floor, dev_scores < lexical_floor)
-        dev_scores = fluency.scores(dev_targets)
-        fluency_floor = np.quantile(dev_scores, DEV_QUANTILE)
-        fails["fluency"] = (fluency.scores(ht) < fluency_floor, dev_scores < fluency_floor)
+        for signal in ("lexical", "fluency"):  # NaN (nothing the model knows) never fails
+            dev_scores = _model_scores(signal, lexical, fluency, dev_sources, dev_targets)
+            floor = _floor(signal, dev_scores)
+            fails[signal] = (_model_scores(signal, lexical, fluency, hs, ht) < floor, dev_scores < floor)
         dev_order, held_order = lexical.order(dev_sources, dev_targets), lexical.order(hs, ht)
         measured = ~np.isnan(held_order), ~np.isnan(dev_order)
         order_floor = marks = None
         if min(measured[0].sum(), measured[1].sum()) >= MIN_DEV_PAIRS:  # NaN (a short pair) never fails
             order_floor = float(np.nanquantile(dev_order, ORDER_QUANTILE))
             fails["order"] = (held_order < order_floor, dev_order < order_floor)
-            mark_floor = float(np.nanquantile(dev_order, DEV_QUANTILE))  # what drop marks: the clear cases
+            mark_floor = _floor("order", dev_order)  # what drop marks: the clear cases
             marks = (held_order < mark_floor, dev_order < mark_floor)
             null = lexical.order(hs, signals.shuffled(ht, rng))
             audit.order_null = round(float(np.mean(null[~np.isnan(null)] < order_floor)), 4)
@@ -211,18 +212,42 @@ def audit_corpora(train: Mapping[str, Pairs | datasets.Dataset], dev: Mapping[st
             every = {signal: fail for signal, (fail, _) in
                      _rule_fails(sources, targets, dev_sources, dev_targets, languages[name], rules).items()}
             every["repeat"] = repeats
-            if "lexical" in audit.flagged:
-                every["lexical"] = lexical.scores(sources, targets) < lexical_floor
-            if "fluency" in audit.flagged:
-                every["fluency"] = fluency.scores(targets) < fluency_floor
-            if "order" in audit.flagged:
-                every["order"] = lexical.order(sources, targets) < mark_floor
+            modelled = [signal for signal in audit.flagged if signal in MODEL_SIGNALS]
+            if modelled and not crossed:
+                crossed.append((signals.LexicalModel(held_s, held_t), signals.FluencyModel(held_t)))
+            # Cross-fitted: a pair the models were fitted on is scored by those fitted on the other halves. The
+            # models fit what they saw (a misaligned pair in the fitting half gains the links it needs), so scoring
+            # a pair with a model that saw it would keep broken pairs the held-out estimate counts as failing.
+            seen = np.zeros(len(sources), dtype=bool)
+            seen[halves[name][0]] = True
+            for signal in modelled:
+                every[signal] = np.zeros(len(sources), dtype=bool)
+                for models, rows in (((lexical, fluency), np.flatnonzero(~seen)), (crossed[0], np.flatnonzero(seen))):
+                    floor = _floor(signal, _model_scores(signal, *models, dev_sources, dev_targets))
+                    every[signal][rows] = _model_scores(signal, *models, [sources[i] for i in rows],
+                                                        [targets[i] for i in rows]) < floor
             audit.failing = np.logical_or.reduce([every[signal] for signal in audit.flagged])
     return report
 
 
-#: The signals that are rules on a pair and its dev set (no model fitted on the sample).
+#: The signals that are rules on a pair and its dev set (no model fitted on the sample) ...
 RULE_SIGNALS = ("copy", "language", "length")
+#: ... and those of the models fitted on half the sample (what ``drop`` marks on them: below :data:`DEV_QUANTILE`).
+MODEL_SIGNALS = ("lexical", "fluency", "order")
+
+
+def _model_scores(signal: str, lexical: signals.LexicalModel, fluency: signals.FluencyModel,
+                  sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+    if signal == "lexical":
+        return lexical.scores(sources, targets)
+    return fluency.scores(targets) if signal == "fluency" else lexical.order(sources, targets)
+
+
+def _floor(signal: str, dev_scores: np.ndarray) -> float:
+    """The score below which a pair fails a model signal: the dev pairs' :data:`DEV_QUANTILE`, and for the lexical
+    signal at least :data:`LEXICAL_COVERAGE`."""
+    floor = float(np.nanquantile(dev_scores, DEV_QUANTILE))
+    return max(LEXICAL_COVERAGE, floor) if signal == "lexical" else floor
 
 
 def _size(pairs) -> int:

@@ -25,7 +25,7 @@ __all__ = ["load_report", "report_name", "save_report"]
 
 #: Raised whenever a signal, threshold or estimate of the audit changes, so that a cached report of an older audit
 #: is never read (2: the order signal).
-AUDIT_VERSION = 2
+AUDIT_VERSION = 3
 
 
 def report_name(seed: int, sample: int, failing: bool) -> str:
