@@ -16,6 +16,7 @@ from uat_hf.cli.arguments import DEFAULT_TOKENIZER_TRAIN_EXAMPLES, DataArguments
 from uat_hf.cli.recipe import Recipe
 from uat_hf.cli.train_data import build_specs, tags_for
 from uat_hf.data import preprocessing
+from uat_hf.data.audit.report_file import AUDIT_VERSION
 from uat_hf.data.corpora import load_corpora, load_corpus_split
 from uat_hf.data.corpus_specs import CorpusSpec
 from uat_hf.data.preparation_cache import CACHE_FOLDER, spec_fingerprint
@@ -200,7 +201,7 @@ def test_the_audit_reads_the_pairs_the_preparation_cleans_and_is_kept_with_them(
     report = first[5]
     assert set(report.corpora) == {"bible", "dictionary"} and report.corpora["bible"].pairs == len(first[1]["bible"])
     folder = next(p for p in (tmp_path / "cache").iterdir() if not p.name.startswith("."))
-    assert sorted(p.name for p in folder.glob("audit-*")) == ["audit-v2-seed42-sample4000-failing.json"]
+    assert sorted(p.name for p in folder.glob("audit-*")) == [f"audit-v{AUDIT_VERSION}-seed42-sample4000-failing.json"]
 
     def no_audit(*args, **kwargs):
         raise AssertionError("the corpora were audited again instead of read from the preparation cache")
@@ -212,7 +213,7 @@ def test_the_audit_reads_the_pairs_the_preparation_cleans_and_is_kept_with_them(
     warned = prepare(*recipe_arguments(tmp_path, corpus_dir, "--corpus_audit", "warn"))  # the same prepared data
     assert warned[5].to_dict() == report.to_dict() and len(list((tmp_path / "cache").iterdir())) == 1
     reseeded = prepare(*recipe_arguments(tmp_path, corpus_dir, "--corpus_audit", "drop", "--seed", "7"))
-    assert reseeded[5].seed == 7 and len(list(folder.glob("audit-v2-seed7-*.json"))) == 1
+    assert reseeded[5].seed == 7 and len(list(folder.glob(f"audit-v{AUDIT_VERSION}-seed7-*.json"))) == 1
 
 
 def test_the_cache_defaults_to_the_datasets_cache_and_skips_unpinned_hub_corpora(tmp_path, monkeypatch):
