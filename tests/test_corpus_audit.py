@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import MULTIDOMAIN
+from conftest import BUNDLED_DIR, MULTIDOMAIN
 from uat_hf.data.audit import audit_corpora, signals
 from uat_hf.data.corpora import corpus_specs_from_directory, load_corpus_split
+
+MULTILINGUAL = BUNDLED_DIR / "multilingual-ddtp"
 
 LANGS = ("en", "de")
 
@@ -371,6 +373,41 @@ def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys)
     results = json.loads((tmp_path / "none" / "eval_results.json").read_text())
     assert final_mix["corpora"] == ["bible"] and "eval_dictionary_bleu" in results  # not trained on, evaluated
 
+
+def test_drop_keeps_a_language_pairs_only_corpus_whole_when_none_of_its_pairs_is_sound(tmp_path, capsys):
+    """Many-to-English with fr's targets all copies of their sources: every fr pair fails, but no other corpus is
+    fr→en, so drop keeps fr whole (leaving it out would leave fr untrained; copying beats a small model on fr's dev
+    set in the study's multilingual copy cell) and says so; de is untouched."""
+    import gzip
+    import shutil
+
+    from test_cli import TINY
+
+    from uat_hf.cli import train as cli
+
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
+    for name in ("fr", "de"):
+        for split in ("train", "dev", "test"):
+            shutil.copy(MULTILINGUAL / f"{name}.{split}.jsonl.gz", corpora / f"{name}.{split}.jsonl.gz")
+    rows = [json.loads(line) for line in gzip.open(MULTILINGUAL / "fr.train.jsonl.gz", "rt")]
+    with gzip.open(corpora / "fr.train.jsonl.gz", "wt") as out:
+        for row in rows[:400]:
+            out.write(json.dumps({"translation": {"fr": row["translation"]["fr"], "en": row["translation"]["fr"]}})
+                      + "\n")
+    recipe = {**TINY, "strategy": "proportional", "corpus_dir": str(corpora), "direction": "many-to-one",
+              "source_lang": None, "target_lang": "en", "corpora": ["fr", "de"], "eval_corpus_specs": None,
+              "corpus_audit": "drop", "max_train_examples": 400, "max_steps": 2, "output_dir": str(tmp_path / "out")}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    assert cli.main(["--config", str(tmp_path / "recipe.yaml")]) == 0
+    printed = capsys.readouterr().err
+    report = json.loads((tmp_path / "out" / "eval_results.json").read_text())["corpus_audit"]["corpora"]
+    assert report["fr"]["failing_pairs"] == report["fr"]["pairs"] and "failing_pairs" not in report["de"], report
+    assert "drop keeps it whole, since no other training corpus is fr→en" in printed
+    assert "left out of training" not in printed and re.search(r"fr (\d+) train", printed).group(1) == str(
+        report["fr"]["pairs"])
+    final_mix = json.loads((tmp_path / "out" / "final_mix.json").read_text())
+    assert sorted(final_mix["corpora"]) == ["de", "fr"]
 
 def test_the_default_action_drops_where_a_run_can_and_reweights_where_it_cannot():
     """auto (the default, chosen on the dev sets of the study's noise cells): drop for map-style corpora; a stream

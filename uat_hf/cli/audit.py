@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..utils.logging import set_verbosity
 from .arguments import DataArguments
@@ -45,6 +45,7 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0, cleaned=N
                              num_proc=data_args.preprocessing_num_workers)
     where = "read from the preparation cache" if kept is not None else f"{time.monotonic() - start:.0f}s"
     logger.info(f"corpus audit ({where}; corpus_audit={data_args.corpus_audit}):\n{report.table()}")
+    whole = kept_whole(report, {spec.name: (spec.source_lang, spec.target_lang) for spec in specs})
     for name in report.suspects:
         audit = report.corpora[name]
         dropped = 0 if audit.failing is None else int(audit.failing.sum())
@@ -54,6 +55,11 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0, cleaned=N
                       if audit.kept_clean_share < 1 else "")}.get(
             data_args.corpus_audit, "set corpus_audit: reweight to start its prior from its effective size, or drop "
                                     "to train without its failing pairs")
+        if data_args.corpus_audit == "drop" and name in whole:
+            spec = next(spec for spec in specs if spec.name == name)
+            action = (f"drop keeps it whole, since no other training corpus is {spec.source_lang}→{spec.target_lang} "
+                      "and leaving it out would leave that pair untrained; remove it from the recipe if its pairs "
+                      "are worse than none")
         logger.warning(f"corpus {name!r} is suspect ({', '.join(audit.flagged)}): about {audit.clean_share:.0%} of "
                        f"its {audit.pairs} training pairs look sound ({audit.effective_size:.0f} effective); "
                        f"{action}.")
@@ -69,7 +75,9 @@ def audited_sizes(audit, data_args: DataArguments, train) -> dict[str, float] | 
     if audit is None or not audit.suspects or set(train) - set(audit.corpora):
         return None
     if data_args.corpus_audit == "drop":
-        shares = {name: audit.corpora[name].kept_clean_share for name in audit.suspects if name in train}
+        shares = {name: audit.corpora[name].kept_clean_share for name in audit.suspects  # not one kept whole
+                  if name in train and not (audit.corpora[name].failing is not None
+                                            and audit.corpora[name].failing.all())}
         if all(share == 1.0 for share in shares.values()):
             return None
         return {name: len(dataset) * shares.get(name, 1.0) for name, dataset in train.items()}
@@ -123,15 +131,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 3 if own.strict and report.suspects else 0
 
 
-def without_failing_pairs(audit, train: dict) -> dict:
+def kept_whole(audit, language_pairs: Mapping[str, tuple[str, str]]) -> set[str]:
+    """The suspect corpora ``drop`` keeps whole although none of their pairs is sound: those no other training
+    corpus serves the language pair of (``language_pairs``: name → (source, target)). Leaving one out would leave
+    that pair untrained, and no signal read before training shows that nothing is better than its pairs (copies of
+    the source teach a small model to carry names and numbers over: docs/corpus_audit.md, "Where drop costs")."""
+    unsound = {name for name in (audit.suspects if audit is not None else ())
+               if audit.corpora[name].failing is not None and audit.corpora[name].failing.all()}
+    served = {pair for name, pair in language_pairs.items() if name not in unsound}
+    return {name for name in unsound if language_pairs[name] not in served}
+
+
+def without_failing_pairs(audit, train: dict, language_pairs: Mapping[str, tuple[str, str]]) -> dict:
     """With ``corpus_audit: drop``, the training corpora without the pairs the audit found failing in each suspect
     corpus (:attr:`~uat_hf.data.audit.corpus_audit.CorpusAudit.failing`, marked on the pairs the run's cleaning kept,
     in their order, which tokenizing keeps). A corpus none of whose pairs is sound is left out of training (its
-    test set is still evaluated), with a warning; a run left with no training corpus is refused."""
+    test set is still evaluated), with a warning, unless it is its language pair's only one (:func:`kept_whole`)."""
+    whole = kept_whole(audit, {name: language_pairs[name] for name in train})
     kept = dict(train)
     for name in audit.suspects if audit is not None else ():
         failing = audit.corpora[name].failing
-        if failing is None:
+        if failing is None or name in whole:
             continue
         if len(failing) != len(train[name]):
             raise ValueError(f"corpus_audit: drop marked {len(failing)} pairs of corpus {name!r}, but the run reads "
@@ -147,11 +167,7 @@ def without_failing_pairs(audit, train: dict) -> dict:
         kept[name] = train[name].select(np.flatnonzero(~failing))
         logger.info(f"corpus {name!r}: dropped {int(failing.sum())} of {len(failing)} training pairs failing "
                     f"{', '.join(audit.corpora[name].flagged)} (corpus_audit: drop)")
-    if not kept:
-        raise ValueError("corpus_audit: drop would leave no training corpus: every pair of every corpus fails the "
-                         "audit. Check the corpora (uat-audit --config RECIPE), or use reweight.")
     return kept
-
 
 if __name__ == "__main__":
     sys.exit(main())
