@@ -61,7 +61,7 @@ MARKER = "construction.json"
 # ----------------------------------------------------------------------------------- reading and cleaning
 
 
-def read_pairs(file: Path, languages: tuple[str, str] = (SOURCE_LANG, TARGET_LANG)) -> tuple[list[str], list[str]]:
+def read_pairs(file: Path, languages: tuple[str, str]) -> tuple[list[str], list[str]]:
     """Sources and targets (``languages``: their keys) of a bundled ``.jsonl.gz`` file, as written (unstripped)."""
     with gzip.open(file, "rt", encoding="utf-8") as lines:
         rows = [json.loads(line)["translation"] for line in lines if line.strip()]
@@ -79,25 +79,32 @@ def bundled_sample(setup: str) -> Path:
 
 
 def pair_languages(setup: str, corpus: str) -> tuple[str, str]:
-    """The keys of a corpus's source and target in its files: ``en``/``de``, or ``<corpus>``/``en`` in the
-    many-to-one multilingual sample."""
-    fields = _base_fields(setup)
-    if fields.get("direction") == "many-to-one":
-        return corpus, fields["target_lang"]
-    return SOURCE_LANG, TARGET_LANG
+    """The keys of a corpus's source and target in its files: its languages as uat-train reads them from the
+    bundled sample the setup breaks."""
+    from uat_hf.cli.train_data import build_specs
+
+    specs, _ = build_specs(_data_arguments(_base_fields(setup)))
+    spec = next(spec for spec in specs if spec.name == corpus)
+    return spec.source_lang, spec.target_lang
+
+
+def _data_arguments(fields: dict):
+    """The :class:`~uat_hf.cli.arguments.DataArguments` of a recipe's ``fields`` (its other fields left out)."""
+    from uat_hf.cli.arguments import DataArguments
+
+    names = {f.name for f in dataclasses.fields(DataArguments)}
+    return DataArguments(**{key: value for key, value in fields.items() if key in names})
 
 
 def recipe_preprocessing(setup: str = "multidomain", *, dedupe: bool | None = None):
     """The :class:`~uat_hf.data.preprocessing.PreprocessingConfig` the regime A recipes of ``setup`` give uat-train
     (built as ``uat_hf.cli.train_data.load_data`` builds it); ``dedupe`` overrides the recipe's."""
-    from uat_hf.cli.arguments import DataArguments
     from uat_hf.data.preprocessing import PreprocessingConfig
 
-    names = {f.name for f in dataclasses.fields(DataArguments)}
     fields = dict(grid.settings(setup, "A")["fields"])
     if dedupe is not None:
         fields["dedupe"] = dedupe
-    data = DataArguments(**{key: value for key, value in fields.items() if key in names})
+    data = _data_arguments(fields)
     return PreprocessingConfig(max_length_ratio=data.max_length_ratio, max_source_words=data.max_source_words,
                                max_target_words=data.max_target_words, dedupe=data.dedupe)
 
@@ -183,7 +190,7 @@ def _repair(groups: list[list[int]], g: int, broken, reach: int = 100) -> bool:
 def misaligned_pairs(seed: int) -> tuple[list[str], list[str], dict]:
     """The misaligned corpus's training pairs (the rows regime A's cleaning keeps, in file order, with deranged
     targets) and what the construction did."""
-    raw_sources, raw_targets = read_pairs(BUNDLED / f"{MISALIGNED}.train.jsonl.gz")
+    raw_sources, raw_targets = read_pairs(BUNDLED / f"{MISALIGNED}.train.jsonl.gz", (SOURCE_LANG, TARGET_LANG))
     rows = kept_rows(raw_sources, raw_targets, recipe_preprocessing(), MISALIGNED)
     sources, targets = [raw_sources[k] for k in rows], [raw_targets[k] for k in rows]
     donor = derange(sources, targets, seed)
@@ -202,8 +209,7 @@ def misaligned_pairs(seed: int) -> tuple[list[str], list[str], dict]:
 # ----------------------------------------------------------------------------------- writing
 
 
-def write_jsonl_gz(file: Path, sources: list[str], targets: list[str],
-                   languages: tuple[str, str] = (SOURCE_LANG, TARGET_LANG)) -> None:
+def write_jsonl_gz(file: Path, sources: list[str], targets: list[str], languages: tuple[str, str]) -> None:
     """One ``{"translation": {"en": ..., "de": ...}}`` line per pair (``languages``: the keys), as the bundled files
     are; gzip with mtime 0, so that the same pairs always give the same bytes."""
     lines = "".join(json.dumps({"translation": dict(zip(languages, (s, t)))}, ensure_ascii=False) + "\n"
@@ -216,7 +222,7 @@ def write_gz(file: Path, data: bytes) -> None:
         out.write(data)
 
 
-def _copy_unchanged(folder: Path, skip: str, bundled: Path = BUNDLED) -> None:
+def _copy_unchanged(folder: Path, skip: str, bundled: Path) -> None:
     """Every file of the bundled folder but ``skip`` (a corpus's train file), byte for byte."""
     for file in sorted(bundled.glob("*.jsonl.gz")):
         if file.name != skip:
@@ -239,8 +245,8 @@ def shares(sizes: dict[str, int]) -> dict[str, float]:
 
 def build_misaligned(folder: Path, seed: int) -> dict:
     sources, targets, record = misaligned_pairs(seed)
-    _copy_unchanged(folder, f"{MISALIGNED}.train.jsonl.gz")
-    write_jsonl_gz(folder / f"{MISALIGNED}.train.jsonl.gz", sources, targets)
+    _copy_unchanged(folder, f"{MISALIGNED}.train.jsonl.gz", BUNDLED)
+    write_jsonl_gz(folder / f"{MISALIGNED}.train.jsonl.gz", sources, targets, (SOURCE_LANG, TARGET_LANG))
     sizes = train_sizes(folder, recipe_preprocessing("misaligned"))
     surviving = sizes[MISALIGNED] / record["broken_pairs"]
     share = sizes[MISALIGNED] / sum(sizes.values())
@@ -259,7 +265,7 @@ def build_misaligned(folder: Path, seed: int) -> dict:
 
 
 def build_duplicated(folder: Path, seed: int) -> dict:
-    _copy_unchanged(folder, f"{DUPLICATED}.train.jsonl.gz")
+    _copy_unchanged(folder, f"{DUPLICATED}.train.jsonl.gz", BUNDLED)
     with gzip.open(BUNDLED / f"{DUPLICATED}.train.jsonl.gz", "rb") as original:
         write_gz(folder / f"{DUPLICATED}.train.jsonl.gz", original.read() * COPIES)
     sizes = train_sizes(folder, recipe_preprocessing("duplicated"))  # dedupe off, as its recipes say

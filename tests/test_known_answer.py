@@ -64,8 +64,8 @@ def test_dev_test_and_the_other_corpora_are_the_bundled_files(built):
 
 def test_every_misaligned_target_moved_to_another_pair_of_similar_length(built):
     out, record = built[0], built[1]["misaligned"]
-    sources, targets = known.read_pairs(out / "misaligned" / "software.train.jsonl.gz")
-    raw_sources, raw_targets = known.read_pairs(known.BUNDLED / "software.train.jsonl.gz")
+    sources, targets = known.read_pairs(out / "misaligned" / "software.train.jsonl.gz", ("en", "de"))
+    raw_sources, raw_targets = known.read_pairs(known.BUNDLED / "software.train.jsonl.gz", ("en", "de"))
     rows = known.kept_rows(raw_sources, raw_targets, known.recipe_preprocessing(), "software")
     clean_sources, clean_targets = [raw_sources[k] for k in rows], [raw_targets[k] for k in rows]
     assert sources == clean_sources  # the pairs regime A trains on, in file order
