@@ -3,7 +3,7 @@
 MultiUAT's premise is a small trusted dev set per corpus. The audit uses it as the reference for every signal of
 :mod:`.signals`: a corpus is suspect on a signal only when its training pairs fail it clearly more often than its
 dev pairs do — by at least :data:`MARGIN` of the pairs and by :data:`Z_THRESHOLD` standard errors of the
-difference (a one-sided test at about 3e-5 per corpus and signal, so that 64 corpora × 7 signals keep the chance
+difference (a one-sided test at about 3e-5 per corpus and signal, so that 64 corpora × 8 signals keep the chance
 of any false alarm per run near 1 %). What the dev set fails too is the corpus's nature (a dictionary's short
 entries, software strings that copy names), not noise. The estimated clean share — the pairs beyond the dev
 set's rate on the signals that fired, and the repeats when repetition fired — gives the corpus's *effective
@@ -28,6 +28,7 @@ SIGNALS = {
     "copy": "target repeats its source",
     "language": "a side in another language than declared",
     "length": "length ratio outside the dev pairs' range",
+    "short": "a side shorter than 95 % of the dev pairs' (characters): a fragment",
     "repeat": "normalised pair seen earlier in the corpus",
     "lexical": "its source explains its target less than 95 % of the dev pairs' do (IBM Model 1)",
     "fluency": "target bigram score below the dev pairs' 5th percentile",
@@ -231,7 +232,7 @@ def audit_corpora(train: Mapping[str, Pairs | datasets.Dataset], dev: Mapping[st
 
 
 #: The signals that are rules on a pair and its dev set (no model fitted on the sample) ...
-RULE_SIGNALS = ("copy", "language", "length")
+RULE_SIGNALS = ("copy", "language", "length", "short")
 #: ... and those of the models fitted on half the sample (what ``drop`` marks on them: below :data:`DEV_QUANTILE`).
 MODEL_SIGNALS = ("lexical", "fluency", "order")
 
@@ -286,6 +287,10 @@ def _rule_fails(sources, targets, dev_sources, dev_targets, languages: tuple[str
         spread = LENGTH_BAND * max(1.4826 * float(np.median(np.abs(dev_ratio - centre))), 0.05)
         out["length"] = (np.abs(signals.length_log_ratios(sources, targets) - centre) > spread,
                          np.abs(dev_ratio - centre) > spread)
+    if "short" in wanted:  # each side against its own dev side's DEV_QUANTILE, so scripts and languages compare
+        floors = [np.quantile(signals.characters(side), DEV_QUANTILE) for side in (dev_sources, dev_targets)]
+        out["short"] = tuple((signals.characters(a) < floors[0]) | (signals.characters(b) < floors[1])
+                             for a, b in ((sources, targets), (dev_sources, dev_targets)))
     return out
 
 

@@ -109,6 +109,11 @@ def wrong_language(texts: Sequence[str], language: str) -> np.ndarray:
     return out
 
 
+def characters(texts: Sequence[str]) -> np.ndarray:
+    """Each text's characters, without the spaces around it."""
+    return np.array([len(text.strip()) for text in texts], dtype=np.int64)
+
+
 def length_log_ratios(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
     """log((target characters + 1) / (source characters + 1)) per pair."""
     return np.log1p([len(t) for t in targets]) - np.log1p([len(s) for s in sources])
