@@ -353,28 +353,33 @@ def test_a_dataset_is_audited_as_its_pairs_are_and_the_report_round_trips_with_i
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.json", f"{name}.npz"]  # no temporary left
 
 
+def _corpus_folder(tmp_path, bundled, names, broken: str, rewrite):
+    """``tmp_path/corpora`` with the splits of ``names`` from the bundled folder ``bundled``, and the training
+    file of ``broken`` its first 400 pairs, each rewritten by ``rewrite(row, translation)``."""
+    import gzip
+    import shutil
+
+    corpora = tmp_path / "corpora"
+    corpora.mkdir(exist_ok=True)
+    for name in names:
+        for split in ("train", "dev", "test"):
+            shutil.copy(bundled / f"{name}.{split}.jsonl.gz", corpora / f"{name}.{split}.jsonl.gz")
+    rows = [json.loads(line)["translation"] for line in gzip.open(bundled / f"{broken}.train.jsonl.gz", "rt")]
+    with gzip.open(corpora / f"{broken}.train.jsonl.gz", "wt") as out:
+        for i, pair in enumerate(rows[:400]):
+            out.write(json.dumps({"translation": rewrite(i, pair)}) + "\n")
+    return corpora
+
 def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys):
     """corpus_audit: drop end to end: dictionary with half its targets replaced by their sources trains on the
     others only; the report counts them; a corpus with no sound pair left is left out of training, and still
     evaluated."""
-    import gzip
-    import shutil
-
     from test_cli import TINY
 
     from uat_hf.cli import train as cli
 
-    corpora = tmp_path / "corpora"
-    corpora.mkdir()
-    for name in ("bible", "dictionary"):
-        for split in ("train", "dev", "test"):
-            shutil.copy(MULTIDOMAIN / f"{name}.{split}.jsonl.gz", corpora / f"{name}.{split}.jsonl.gz")
-    rows = [json.loads(line) for line in gzip.open(MULTIDOMAIN / "dictionary.train.jsonl.gz", "rt")]
-    with gzip.open(corpora / "dictionary.train.jsonl.gz", "wt") as out:
-        for i, row in enumerate(rows[:400]):
-            pair = row["translation"]
-            out.write(json.dumps({"translation": {"en": pair["en"], "de": pair["en"] if i % 2 else pair["de"]}})
-                      + "\n")
+    corpora = _corpus_folder(tmp_path, MULTIDOMAIN, ("bible", "dictionary"), "dictionary",
+                             lambda i, pair: {"en": pair["en"], "de": pair["en"] if i % 2 else pair["de"]})
     recipe = {**TINY, "strategy": "proportional", "corpus_dir": str(corpora), "eval_corpus_specs": None,
               "corpus_audit": "drop", "max_train_examples": 400, "max_steps": 2, "output_dir": str(tmp_path / "out")}
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
@@ -387,10 +392,8 @@ def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys)
     kept = re.search(r"dictionary (\d+) train", printed)
     assert kept and int(kept.group(1)) == report["dictionary"]["pairs"] - dropped
 
-    with gzip.open(corpora / "dictionary.train.jsonl.gz", "wt") as out:  # every target a copy: nothing would remain
-        for row in rows[:400]:
-            out.write(json.dumps({"translation": {"en": row["translation"]["en"], "de": row["translation"]["en"]}})
-                      + "\n")
+    _corpus_folder(tmp_path, MULTIDOMAIN, (), "dictionary",  # every target a copy: nothing would remain
+                   lambda i, pair: {"en": pair["en"], "de": pair["en"]})
     assert cli.main(["--config", str(tmp_path / "recipe.yaml"), "--output_dir", str(tmp_path / "none")]) == 0
     assert "corpus 'dictionary' is left out of training: every one of its" in capsys.readouterr().err
     final_mix = json.loads((tmp_path / "none" / "final_mix.json").read_text())
@@ -402,23 +405,12 @@ def test_drop_keeps_a_language_pairs_only_corpus_whole_when_none_of_its_pairs_is
     """Many-to-English with fr's targets all copies of their sources: every fr pair fails, but no other corpus is
     fr→en, so drop keeps fr whole (leaving it out would leave fr untrained; copying beats a small model on fr's dev
     set in the study's multilingual copy cell) and says so; de is untouched."""
-    import gzip
-    import shutil
-
     from test_cli import TINY
 
     from uat_hf.cli import train as cli
 
-    corpora = tmp_path / "corpora"
-    corpora.mkdir()
-    for name in ("fr", "de"):
-        for split in ("train", "dev", "test"):
-            shutil.copy(MULTILINGUAL / f"{name}.{split}.jsonl.gz", corpora / f"{name}.{split}.jsonl.gz")
-    rows = [json.loads(line) for line in gzip.open(MULTILINGUAL / "fr.train.jsonl.gz", "rt")]
-    with gzip.open(corpora / "fr.train.jsonl.gz", "wt") as out:
-        for row in rows[:400]:
-            out.write(json.dumps({"translation": {"fr": row["translation"]["fr"], "en": row["translation"]["fr"]}})
-                      + "\n")
+    corpora = _corpus_folder(tmp_path, MULTILINGUAL, ("fr", "de"), "fr",
+                             lambda i, pair: {"fr": pair["fr"], "en": pair["fr"]})
     recipe = {**TINY, "strategy": "proportional", "corpus_dir": str(corpora), "direction": "many-to-one",
               "source_lang": None, "target_lang": "en", "corpora": ["fr", "de"], "eval_corpus_specs": None,
               "corpus_audit": "drop", "max_train_examples": 400, "max_steps": 2, "output_dir": str(tmp_path / "out")}
