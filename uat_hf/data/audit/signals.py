@@ -1,8 +1,8 @@
 """Per-pair signals of a broken parallel corpus, the ones the MT field checks before training.
 
 Each signal says, for every pair, whether it fails a check that a sound translation pair passes (OpusFilter's
-families: language ID, copies, duplicates, length ratio, length, word alignment, n-gram LM cross-entropy). None of them is
-a verdict on its own: a dictionary has short pairs, software strings copy names and placeholders. The audit
+families: language ID, copies, duplicates, length ratio, length, word alignment, n-gram LM cross-entropy). None of
+them is a verdict on its own: a dictionary has short pairs, software strings copy names and placeholders. The audit
 (:mod:`.corpus_audit`) compares each corpus's failing share with its own trusted dev set's, so that only what
 sets the training pairs apart from the dev pairs counts.
 
