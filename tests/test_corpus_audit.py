@@ -389,6 +389,7 @@ def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys)
     dropped = report["dictionary"]["failing_pairs"]
     assert 150 <= dropped <= 260 and "failing_pairs" not in report["bible"], report["dictionary"]
     assert f"corpus 'dictionary': dropped {dropped} of {report['dictionary']['pairs']} training pairs" in printed
+    assert report["dictionary"]["action"] == f"{dropped} failing pairs dropped" and report["bible"]["action"] is None
     kept = re.search(r"dictionary (\d+) train", printed)
     assert kept and int(kept.group(1)) == report["dictionary"]["pairs"] - dropped
 
@@ -399,6 +400,7 @@ def test_uat_train_drops_the_failing_pairs_of_a_suspect_corpus(tmp_path, capsys)
     final_mix = json.loads((tmp_path / "none" / "final_mix.json").read_text())
     results = json.loads((tmp_path / "none" / "eval_results.json").read_text())
     assert final_mix["corpora"] == ["bible"] and "eval_dictionary_bleu" in results  # not trained on, evaluated
+    assert results["corpus_audit"]["corpora"]["dictionary"]["action"] == "left out of training"
 
 
 def test_drop_keeps_a_language_pairs_only_corpus_whole_when_none_of_its_pairs_is_sound(tmp_path, capsys):
@@ -424,6 +426,9 @@ def test_drop_keeps_a_language_pairs_only_corpus_whole_when_none_of_its_pairs_is
         report["fr"]["pairs"])
     final_mix = json.loads((tmp_path / "out" / "final_mix.json").read_text())
     assert sorted(final_mix["corpora"]) == ["de", "fr"]
+    assert report["fr"]["action"] == "kept whole: the only fr→en training corpus"
+    assert "| fr | 400 | 4 | suspect: copy, language (kept whole: the only fr→en training corpus) |" in (
+        tmp_path / "out" / "README.md").read_text()
 
 def test_the_default_action_drops_where_a_run_can_and_reweights_where_it_cannot():
     """auto (the default, chosen on the dev sets of the study's noise cells): drop for map-style corpora; a stream

@@ -146,18 +146,24 @@ def without_failing_pairs(audit, train: dict, language_pairs: Mapping[str, tuple
     """With ``corpus_audit: drop``, the training corpora without the pairs the audit found failing in each suspect
     corpus (:attr:`~uat_hf.data.audit.corpus_audit.CorpusAudit.failing`, marked on the pairs the run's cleaning kept,
     in their order, which tokenizing keeps). A corpus none of whose pairs is sound is left out of training (its
-    test set is still evaluated), with a warning, unless it is its language pair's only one (:func:`kept_whole`)."""
+    test set is still evaluated), with a warning, unless it is its language pair's only one (:func:`kept_whole`).
+    Each such corpus's :attr:`~uat_hf.data.audit.corpus_audit.CorpusAudit.action` says which, for the results."""
     whole = kept_whole(audit, {name: language_pairs[name] for name in train})
     kept = dict(train)
     for name in audit.suspects if audit is not None else ():
         failing = audit.corpora[name].failing
-        if failing is None or name in whole:
+        if failing is None:
+            continue
+        if name in whole:
+            source, target = language_pairs[name]
+            audit.corpora[name].action = f"kept whole: the only {source}→{target} training corpus"
             continue
         if len(failing) != len(train[name]):
             raise ValueError(f"corpus_audit: drop marked {len(failing)} pairs of corpus {name!r}, but the run reads "
                              f"{len(train[name])}: the audit and the data preparation disagree; use reweight.")
         if failing.all():
             del kept[name]
+            audit.corpora[name].action = "left out of training"
             logger.warning(f"corpus {name!r} is left out of training: every one of its {len(failing)} training pairs "
                            f"fails {', '.join(audit.corpora[name].flagged)} (corpus_audit: drop); it is still "
                            "evaluated.")
@@ -165,6 +171,7 @@ def without_failing_pairs(audit, train: dict, language_pairs: Mapping[str, tuple
         import numpy as np
 
         kept[name] = train[name].select(np.flatnonzero(~failing))
+        audit.corpora[name].action = f"{int(failing.sum())} failing pairs dropped"
         logger.info(f"corpus {name!r}: dropped {int(failing.sum())} of {len(failing)} training pairs failing "
                     f"{', '.join(audit.corpora[name].flagged)} (corpus_audit: drop)")
     return kept

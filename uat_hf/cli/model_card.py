@@ -66,7 +66,8 @@ def _audit_text(audit: Mapping[str, Any] | None) -> str:
         return ""
     lines = ["", "## Corpus audit", "", "Each training corpus against its own dev set, before training "
              "(docs/corpus_audit.md).", "", "| corpus | pairs | effective size | verdict |", "|---|---|---|---|"]
-    lines += [f"| {name} | {c['pairs']} | {c['effective_size']:.0f} | {c['verdict']} |"
+    lines += [f"| {name} | {c['pairs']} | {c['effective_size']:.0f} | {c['verdict']}"
+              + (f" ({c['action']})" if c.get("action") else "") + " |"
               for name, c in audit.get("corpora", {}).items()]
     return "\n".join(lines) + "\n"
 

@@ -83,6 +83,8 @@ class CorpusAudit:
     #: Of a suspect corpus, when asked for (``corpus_audit: drop``): each training pair (in the corpus's order)
     #: failing a flagged signal, a repeat being every occurrence after the first.
     failing: np.ndarray | None = field(default=None, repr=False)
+    #: What the run did with a suspect corpus's pairs under ``drop`` (dropped, left out, kept whole), for the results.
+    action: str | None = None
 
     @property
     def flagged(self) -> list[str]:
