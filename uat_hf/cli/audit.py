@@ -176,5 +176,6 @@ def without_failing_pairs(audit, train: dict, language_pairs: Mapping[str, tuple
                     f"{', '.join(audit.corpora[name].flagged)} (corpus_audit: drop)")
     return kept
 
+
 if __name__ == "__main__":
     sys.exit(main())
