@@ -45,7 +45,8 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0, cleaned=N
                              num_proc=data_args.preprocessing_num_workers)
     where = "read from the preparation cache" if kept is not None else f"{time.monotonic() - start:.0f}s"
     logger.info(f"corpus audit ({where}; corpus_audit={data_args.corpus_audit}):\n{report.table()}")
-    whole = kept_whole(report, {spec.name: (spec.source_lang, spec.target_lang) for spec in specs})
+    pairs = language_pairs(specs)
+    whole = kept_whole(report, pairs)
     for name in report.suspects:
         audit = report.corpora[name]
         dropped = 0 if audit.failing is None else int(audit.failing.sum())
@@ -56,8 +57,7 @@ def run_audit(data_args: DataArguments, specs: list, *, seed: int = 0, cleaned=N
             data_args.corpus_audit, "set corpus_audit: reweight to start its prior from its effective size, or drop "
                                     "to train without its failing pairs")
         if data_args.corpus_audit == "drop" and name in whole:
-            spec = next(spec for spec in specs if spec.name == name)
-            action = (f"drop keeps it whole, since no other training corpus is {spec.source_lang}→{spec.target_lang} "
+            action = (f"drop keeps it whole, since no other training corpus is {'→'.join(pairs[name])} "
                       "and leaving it out would leave that pair untrained; remove it from the recipe if its pairs "
                       "are worse than none")
         logger.warning(f"corpus {name!r} is suspect ({', '.join(audit.flagged)}): about {audit.clean_share:.0%} of "
@@ -76,8 +76,7 @@ def audited_sizes(audit, data_args: DataArguments, train) -> dict[str, float] | 
         return None
     if data_args.corpus_audit == "drop":
         shares = {name: audit.corpora[name].kept_clean_share for name in audit.suspects  # not one kept whole
-                  if name in train and not (audit.corpora[name].failing is not None
-                                            and audit.corpora[name].failing.all())}
+                  if name in train and not audit.corpora[name].none_sound}
         if all(share == 1.0 for share in shares.values()):
             return None
         return {name: len(dataset) * shares.get(name, 1.0) for name, dataset in train.items()}
@@ -131,37 +130,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 3 if own.strict and report.suspects else 0
 
 
-def kept_whole(audit, language_pairs: Mapping[str, tuple[str, str]]) -> set[str]:
+def language_pairs(specs: Sequence) -> dict[str, tuple[str, str]]:
+    """Each corpus spec's name → (source language, target language)."""
+    return {spec.name: (spec.source_lang, spec.target_lang) for spec in specs}
+
+
+def kept_whole(audit, pairs: Mapping[str, tuple[str, str]]) -> set[str]:
     """The suspect corpora ``drop`` keeps whole although none of their pairs is sound: those no other training
-    corpus serves the language pair of (``language_pairs``: name → (source, target)). Leaving one out would leave
+    corpus serves the language pair of (``pairs``: name → (source, target)). Leaving one out would leave
     that pair untrained, and no signal read before training shows that nothing is better than its pairs (copies of
     the source teach a small model to carry names and numbers over: docs/corpus_audit.md, "Where drop costs")."""
-    unsound = {name for name in (audit.suspects if audit is not None else ())
-               if audit.corpora[name].failing is not None and audit.corpora[name].failing.all()}
-    served = {pair for name, pair in language_pairs.items() if name not in unsound}
-    return {name for name in unsound if language_pairs[name] not in served}
+    unsound = {name for name in (audit.suspects if audit is not None else ()) if audit.corpora[name].none_sound}
+    served = {pair for name, pair in pairs.items() if name not in unsound}
+    return {name for name in unsound if pairs[name] not in served}
 
 
-def without_failing_pairs(audit, train: dict, language_pairs: Mapping[str, tuple[str, str]]) -> dict:
+def without_failing_pairs(audit, train: dict, pairs: Mapping[str, tuple[str, str]]) -> dict:
     """With ``corpus_audit: drop``, the training corpora without the pairs the audit found failing in each suspect
     corpus (:attr:`~uat_hf.data.audit.corpus_audit.CorpusAudit.failing`, marked on the pairs the run's cleaning kept,
     in their order, which tokenizing keeps). A corpus none of whose pairs is sound is left out of training (its
-    test set is still evaluated), with a warning, unless it is its language pair's only one (:func:`kept_whole`).
+    test set is still evaluated), with a warning, unless it is its language pair's only one (:func:`kept_whole`;
+    ``pairs``: name → (source, target)).
     Each such corpus's :attr:`~uat_hf.data.audit.corpus_audit.CorpusAudit.action` says which, for the results."""
-    whole = kept_whole(audit, {name: language_pairs[name] for name in train})
+    whole = kept_whole(audit, {name: pairs[name] for name in train})
     kept = dict(train)
     for name in audit.suspects if audit is not None else ():
         failing = audit.corpora[name].failing
         if failing is None:
             continue
         if name in whole:
-            source, target = language_pairs[name]
+            source, target = pairs[name]
             audit.corpora[name].action = f"kept whole: the only {source}→{target} training corpus"
             continue
         if len(failing) != len(train[name]):
             raise ValueError(f"corpus_audit: drop marked {len(failing)} pairs of corpus {name!r}, but the run reads "
                              f"{len(train[name])}: the audit and the data preparation disagree; use reweight.")
-        if failing.all():
+        if audit.corpora[name].none_sound:
             del kept[name]
             audit.corpora[name].action = "left out of training"
             logger.warning(f"corpus {name!r} is left out of training: every one of its {len(failing)} training pairs "

@@ -77,7 +77,7 @@ def prepare(
     from ..sampling.priors import corpus_probabilities_for
     from ..training.resume_check import check_resume, check_trainer_resume, resume_settings
     from ..training.uat_trainer import UATTrainer
-    from .audit import audited_sizes, without_failing_pairs
+    from .audit import audited_sizes, language_pairs, without_failing_pairs
     from .checkpoint_prompt import PromptInCheckpoints
     from .preparation import prepare_data
     from .time_budget import TimeBudgetCallback
@@ -138,7 +138,7 @@ def prepare(
     tokenizer, train, dev, eval_corpora, ood, audit = prepare_data(
         training_args, data_args, model_args, specs, eval_specs, tags, tag_of, eval_tag_of, prompt, resume_from=resume)
     if data_args.corpus_audit == "drop":  # a corpus left out of training keeps its test set, not its dev set
-        train = without_failing_pairs(audit, train, {s.name: (s.source_lang, s.target_lang) for s in specs})
+        train = without_failing_pairs(audit, train, language_pairs(specs))
         dev = {name: dataset for name, dataset in dev.items() if name in train}
         specs = [spec for spec in specs if spec.name in train]
     corpus_generation_kwargs = check_tokenizer_codes(tokenizer, codes, data_args)

@@ -91,6 +91,11 @@ class CorpusAudit:
         return [name for name, rate in self.signals.items() if rate.flagged]
 
     @property
+    def none_sound(self) -> bool:
+        """Every training pair was marked failing (``drop``'s marks; ``False`` without them)."""
+        return self.failing is not None and bool(self.failing.all())
+
+    @property
     def effective_size(self) -> float:
         return self.pairs * self.clean_share
 
