@@ -268,6 +268,11 @@ SWEEP_STRATEGIES = tuple(f"share{share:g}" for share in SWEEP_SHARES) + ("propor
 #: per run chosen on the dev sets of seed 11 (study/study.md, "Known-answer cells").
 GUARD_SUFFIX, GUARD_CHECKS = "-setaside", 12
 GUARDED_STRATEGIES = ("proportional", "multiuat-enteos", "mixing-law", "multidds-s")
+#: ... and with the continuous down-weight (corpus_health_action=down_weight, issue 45 item 3), as a user gets it:
+#: checked on the held-out slice (corpus_health_holdout's default), the audit only warning. misaligned-A-<strategy>-
+#: downweight.
+DOWNWEIGHT_SUFFIX = "-downweight"
+DOWNWEIGHTED_STRATEGIES = ("proportional", "multiuat-enteos")
 #: The fixed-point cell (issue 45, item 5): MultiUAT-EntEOS on the regular multidomain corpora, its scorer started
 #: from the duplicated cell's proportional prior (dictionary six times over, 0.42) instead of the regular one
 #: (0.10). If it ends where the regular cell's MultiUAT ends, the duplicated cell's move toward the deduplicated
@@ -291,7 +296,7 @@ def base_strategy(strategy: str) -> str:
     """The strategy of a cell without its guard and audit suffixes (``mixing-law-setaside`` → ``mixing-law``)."""
     for suffix in AUDIT_ACTIONS:
         strategy = strategy.removesuffix(suffix)
-    return strategy.removesuffix(GUARD_SUFFIX).removesuffix(START_SUFFIX)
+    return strategy.removesuffix(GUARD_SUFFIX).removesuffix(DOWNWEIGHT_SUFFIX).removesuffix(START_SUFFIX)
 
 
 def known_answer_cells() -> list[tuple[str, str, str]]:
@@ -299,6 +304,7 @@ def known_answer_cells() -> list[tuple[str, str, str]]:
     first = [setup for setup in KNOWN_ANSWER if setup not in noise.KINDS]
     return ([(setup, "A", strategy) for setup in first for strategy in KNOWN_STRATEGIES]
             + [("misaligned", "A", strategy + GUARD_SUFFIX) for strategy in GUARDED_STRATEGIES]
+            + [("misaligned", "A", strategy + DOWNWEIGHT_SUFFIX) for strategy in DOWNWEIGHTED_STRATEGIES]
             + [("misaligned", SWEEP_REGIME, strategy) for strategy in SWEEP_STRATEGIES]
             + [(setup, "A", strategy) for setup in noise.KINDS
                for strategy in NOISE_STRATEGIES + (("oracle",) if setup in NOISE_ORACLE_SHARES else ())]
@@ -428,6 +434,7 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
     cell = f"{setup}-{regime}-{strategy}"
     audited = audit_action(strategy)
     guarded = strategy.removesuffix(f"-{audited}" if audited else "").endswith(GUARD_SUFFIX)
+    down_weighted = strategy.endswith(DOWNWEIGHT_SUFFIX)
     started = strategy.endswith(START_SUFFIX)
     strategy = base_strategy(strategy)
     prior = _fixed_prior_of(setup, strategy)
@@ -461,9 +468,15 @@ def recipe_text(setup: str, regime: str, strategy: str) -> str:
         fields.update(corpus_audit=audited)
     else:  # the action the study's proportional and learned cells were run with, whatever uat-train's default
         fields.update(corpus_audit="warn")
-    # the archive's runs were checked on pairs they trained on (before corpus_health_holdout): pinned, so that they
-    # rerun as they ran
-    fields.update(corpus_health_holdout=0)
+    if down_weighted:
+        notes.append(f"Down-weighted: corpus_health_action down_weight, {GUARD_CHECKS} corpus-health checks per run "
+                     "on the held-out slice (a corpus found damaged with confidence at a check keeps at most its "
+                     "share of p times the ratio of source uses, at least 0.01, until a check no longer finds it; "
+                     "docs/usage.md, 'Corpus health'); otherwise the cell without it.")
+        fields.update(corpus_health_action="down_weight", corpus_health_checks=GUARD_CHECKS)
+    else:  # the archive's runs were checked on pairs they trained on (before corpus_health_holdout): pinned, so
+        # that they rerun as they ran
+        fields.update(corpus_health_holdout=0)
     if strategy == "temperature":
         notes.append("temperature: τ = 5, the strategy's default (the paper's).")
     if strategy.startswith(("multiuat", "multidds")):

@@ -200,15 +200,17 @@ def test_a_check_reads_the_second_half_only_of_the_corpora_its_first_half_cannot
     assert health.last.suspects() == ["bible"]
 
 
-def test_healthy_corpora_get_no_warning(learned, tokenizer, tmp_path, caplog):
+@pytest.mark.parametrize("action", ["warn", "down_weight"])
+def test_healthy_corpora_get_no_warning_and_no_cap(learned, tokenizer, tmp_path, caplog, action):
     model, pairs = learned
     args = UATConfig(output_dir=str(tmp_path / "out"), max_steps=4, max_tokens=400, learning_rate=1e-6,
                      report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
-                     corpus_health_checks=4)
+                     corpus_health_checks=4, corpus_health_action=action)
     trainer = UATTrainer(model, args, train_corpora=pairs, dev_corpora=pairs, processing_class=tokenizer)
     with caplog.at_level(logging.WARNING, logger="uat_hf.training.health_callback"):
         trainer.train()
-    assert caplog.records == []
+    assert caplog.records == [] and trainer.corpus_distribution.set_aside_shares == {}
+    assert not any("set_aside" in r for r in trainer.corpus_distribution.history)
     checked = [e["step"] for e in trainer.state.log_history if "health/bible_source_use" in e]
     assert checked == [1, 2, 3, 4]  # silence after the checks ran, not for want of a check
 
@@ -348,14 +350,35 @@ class _RecordingTrainer(UATTrainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
-def _set_aside_run(learned, tokenizer, output, resume=None):
+def test_a_cap_moves_with_each_verdict_and_is_lifted_and_the_records_are_counted_across_a_resume():
+    distribution = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
+    distribution.set_aside("a", 0.2, 2, "damaged")
+    moved = distribution.set_aside("a", 0.1, 4, "more damaged")
+    assert moved["set_aside"] == {"a": {"share": 0.1, "reason": "more damaged"}}
+    assert distribution.p == pytest.approx([0.1, 0.3 * 0.9 / 0.5, 0.2 * 0.9 / 0.5], abs=1e-15)
+    assert distribution.set_aside("b", None, 5, "nothing to lift") is None
+    lifted = distribution.set_aside("a", None, 6, "no longer damaged")
+    assert lifted["set_aside"] == {"a": {"share": None, "reason": "no longer damaged"}}
+    assert distribution.p.tolist() == [0.5, 0.3, 0.2] and distribution.set_aside_shares == {}
+    distribution.set_aside("b", 0.05, 8, "damaged")
+    state = distribution.state_dict()
+    assert distribution.update_count == 0 and CorpusDistribution.records_in(state) == 4 == len(distribution.history)
+    resumed = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
+    resumed.load_state_dict(state, distribution.history)
+    assert resumed.state_dict() == state and resumed.set_aside_shares == {"b": 0.05}
+    with pytest.raises(ValueError, match="4 history records for 0 updates and 5 caps"):
+        resumed.load_state_dict({**state, "set_aside_records": 5}, distribution.history)
+
+
+def _set_aside_run(learned, tokenizer, output, resume=None, action="set_aside", share=0.01):
     import copy
 
     model, pairs = learned
     args = UATConfig(output_dir=str(output), strategy="multiuat", measure="enteos", update_every=1, mc_samples=2,
                      max_steps=7, max_tokens=400, learning_rate=1e-4, report_to=[], save_strategy="steps",
                      save_steps=3, use_cpu=True, seed=0, disable_tqdm=True, logging_steps=1,
-                     corpus_health_checks=3, corpus_health_tokens=100_000, corpus_health_action="set_aside")
+                     corpus_health_checks=3, corpus_health_tokens=100_000, corpus_health_action=action,
+                     corpus_health_share=share)
     train = dict(pairs, bible=_misaligned(pairs["bible"]))
     trainer = _RecordingTrainer(copy.deepcopy(model), args, train_corpora=train, dev_corpora=pairs,
                                 processing_class=tokenizer)
@@ -391,6 +414,67 @@ def test_a_misaligned_corpus_is_set_aside_whatever_the_strategy_proposes_and_res
         assert resumed.corpus_distribution.state_dict() == full.corpus_distribution.state_dict(), checkpoint
         for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
             torch.testing.assert_close(p, q, rtol=0, atol=0, msg=f"{checkpoint}: {name}")
+
+
+def test_a_misaligned_corpus_is_down_weighted_from_the_first_confident_check_by_its_ratio_and_resumes_exactly(
+        learned, tokenizer, tmp_path):
+    full, history = _set_aside_run(learned, tokenizer, tmp_path / "full", action="down_weight", share=0.001)
+    health = next(c for c in full.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
+    caps = [r for r in history if "set_aside" in r]
+    # checks at steps 2, 4, 6 and 7: capped at the first (set_aside waits for two in a row: step 4)
+    assert caps[0]["step"] == 2 and list(caps[0]["set_aside"]) == ["bible"]
+    checks = {e["step"]: e for e in full.state.log_history if "health/bible_z" in e}
+    margin = suspect_z(4, 3, in_a_row=False)
+    assert checks[2]["health/bible_z"] <= -margin and all(
+        checks[2][f"health/{n}_z"] > -margin for n in health.names if n != "bible")
+    proposed = next(r for r in reversed(history[:history.index(caps[0])]) if r["step"] == 2)["probabilities"]["bible"]
+    expected = checks[2]["health/bible_source_use"] * proposed  # the ratio times the strategy's p (over 0.001)
+    assert caps[0]["set_aside"]["bible"]["share"] == pytest.approx(expected, rel=0.01) and expected > 0.001
+    assert caps[0]["probabilities"]["bible"] == pytest.approx(expected, rel=0.01) and expected < 0.5 * proposed
+    cap = None
+    for record in history:  # the cap holds whatever MultiUAT proposes, until the next check moves it
+        cap = record.get("set_aside", {}).get("bible", {}).get("share", cap)
+        assert cap is None or record["probabilities"]["bible"] <= cap + 1e-12, record
+    assert [r["step"] for r in caps] == sorted({r["step"] for r in caps})  # at most one change per check
+    assert "bible" in health.summary()["set_aside"] and "down_weight" in health.summary()["warnings"][0]
+    for checkpoint in ("checkpoint-3", "checkpoint-6"):  # the first cap before both
+        partial = tmp_path / checkpoint
+        shutil.copytree(tmp_path / "full" / checkpoint, partial / checkpoint)
+        shutil.copy(tmp_path / "full" / HISTORY_FILE, partial / HISTORY_FILE)
+        resumed, resumed_history = _set_aside_run(learned, tokenizer, partial, resume=True, action="down_weight",
+                                                  share=0.001)
+        step = int(checkpoint.split("-")[1])
+        assert resumed.trained_batches == full.trained_batches[step:], checkpoint
+        assert _without_seconds(resumed_history) == _without_seconds(history), checkpoint
+        assert resumed.corpus_distribution.state_dict() == full.corpus_distribution.state_dict(), checkpoint
+
+
+def _health(step, train_use, dev_use=1.0):
+    """A check of corpora a and b: b sound, a's training pairs using their sources ``train_use`` as much as its dev
+    pairs do (400 sentences each side, standard deviation 0.5)."""
+    gains = np.random.default_rng(0).standard_normal(400) * 0.5
+    sound = SampleCheck(1.0, gains - gains.mean() + 1.0)
+    return CorpusHealth(step, ["a", "b"], [SampleCheck(1.0, gains - gains.mean() + train_use), sound],
+                        [SampleCheck(1.0, gains - gains.mean() + dev_use), sound])
+
+
+def test_the_down_weight_follows_the_evidence_and_keeps_its_cap_while_a_corpus_cannot_be_measured():
+    from types import SimpleNamespace
+
+    distribution = CorpusDistribution(["a", "b"], [0.6, 0.4])
+    balancing = SimpleNamespace(distribution=distribution, set_aside=distribution.set_aside)
+    health = CorpusHealthCallback({"a": None, "b": None}, {"a": None, "b": None}, collate_fn=None, checks=3,
+                                  action="down_weight", share=0.01, balancing=balancing)
+    health._down_weight(_health(2, 0.3))  # z about -19: capped at 0.3 of its p
+    assert distribution.set_aside_shares == {"a": pytest.approx(0.18)}
+    health._down_weight(_health(4, 0.0))  # all broken: the least share
+    assert distribution.set_aside_shares == {"a": 0.01}
+    health._down_weight(_health(6, 0.0, dev_use=0.02))  # dev z below 3: no evidence either way, the cap stays
+    assert distribution.set_aside_shares == {"a": 0.01}
+    health._down_weight(_health(8, 0.9))  # z about -2.8, above the margin of one check (3.1): lifted
+    assert distribution.set_aside_shares == {} and distribution.p.tolist() == [0.6, 0.4]
+    assert [r["set_aside"]["a"]["share"] for r in distribution.history] == [0.18, 0.01, None]
+    assert "down_weight" in health.warned["a"]
 
 
 def _without_seconds(records):

@@ -131,9 +131,15 @@ def test_known_answer_recipes_differ_from_regime_a_only_where_the_cell_needs_it(
         differing = {key for key in fields.keys() | base.keys() if fields.get(key) != base.get(key)}
         audited = recipes.audit_action(strategy)
         guarded = strategy.removesuffix(f"-{audited}" if audited else "") != plain
+        down_weighted = strategy.endswith(recipes.DOWNWEIGHT_SUFFIX)
         extra = (guard.keys() if guarded else set()) | ({"corpus_audit"} if audited else set())
-        assert differing <= allowed | extra, (setup, regime, strategy, differing)
-        assert {key: fields.get(key) for key in guard} == (guard if guarded else {key: None for key in guard})
+        assert differing <= allowed | extra | ({"corpus_health_holdout"} if down_weighted else set()), (
+            setup, regime, strategy, differing)
+        expected = ({**guard, "corpus_health_action": "down_weight"} if down_weighted else guard if guarded else
+                    {key: None for key in guard})
+        assert {key: fields.get(key) for key in guard} == expected, strategy
+        # the archive's cells were checked on the pairs they train on; the down-weighted ones on the held-out slice
+        assert fields.get("corpus_health_holdout") == (None if down_weighted else 0), strategy
         assert fields.get("corpus_audit") == (audited or "warn"), strategy  # pinned: not uat-train's default
         assert fields["corpus_dir"] == f"runs/known-answer/{setup}"
         assert fields.get("dedupe", True) is (setup != "duplicated")

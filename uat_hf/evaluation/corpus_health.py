@@ -92,14 +92,17 @@ class SampleCheck:
         return float(np.std(self.gains, ddof=1) / np.sqrt(n)) if n > 1 else float("inf")
 
 
-def suspect_z(corpora: int, checks: int) -> float:
+def suspect_z(corpora: int, checks: int, *, in_a_row: bool = True) -> float:
     """The standard errors below the dev pairs' source use at which a corpus is suspect, for a run of ``corpora``
     corpora and ``checks`` checks: a sound corpus's z is about standard normal (higher, as the model has seen its
     training pairs), and a verdict needs two checks in a row, each pair of which is at most as likely as one check
     whatever the checks' correlation (their samples overlap); so by the union bound over the corpora × (checks − 1)
     pairs the chance of a false alarm in a run is at most :data:`FALSE_ALARM_RATE`. 3.0 at 4 corpora and 3 checks,
-    3.5 at 12 checks, 4.2 at 64 corpora and 12 checks."""
-    return -NormalDist().inv_cdf(FALSE_ALARM_RATE / (max(int(corpora), 1) * max(int(checks) - 1, 1)))
+    3.5 at 12 checks, 4.2 at 64 corpora and 12 checks. ``in_a_row=False``: the margin at which one check is
+    confident evidence on its own (the union bound over corpora × checks: 3.1 at 4 corpora and 3 checks, 3.5 at
+    4 and 12, 4.2 at 64 and 12), what the continuous down-weight acts on."""
+    tests = max(int(corpora), 1) * max(int(checks) - (1 if in_a_row else 0), 1)
+    return -NormalDist().inv_cdf(FALSE_ALARM_RATE / tests)
 
 
 def suspect_corpora(share: Mapping[str, float], z: Mapping[str, float], dev_z: Mapping[str, float], *,

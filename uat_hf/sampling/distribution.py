@@ -40,7 +40,8 @@ logger = logging.getLogger(__name__)
 
 # 2: the history is no longer inside the state; 3: p is the strategy's p (not a probe mix), the strategy's state
 # is under "strategy_state", and "update_count" counts the records (a static strategy's step-0 one included) but
-# those of corpora set aside ("set_aside", optional: absent in a checkpoint that set none aside)
+# those of corpora set aside ("set_aside", optional: absent in a checkpoint that set none aside; "set_aside_records",
+# optional: the records of caps set, changed and lifted, where they are not one per corpus set aside)
 _STATE_FORMAT = 3
 #: An update that moves p by more than this share of p's distance to uniform (and at least LARGE_UPDATE_MIN, in total
 #: variation) is said once per run: the 0.9975/0.0025 prior of a 2M and a 5K corpus sent to 0.5/0.5 by one step.
@@ -80,6 +81,8 @@ class CorpusDistribution:
         self._pending_seconds = 0.0
         #: Corpora set aside (:meth:`set_aside`): name -> the share of p they keep at most.
         self.set_aside_shares: dict[str, float] = {}
+        #: History records of caps set, changed or lifted (:meth:`set_aside`); they are no balancing update.
+        self.set_aside_records = 0
 
     # ------------------------------------------------------------------ reading
     @property
@@ -196,25 +199,38 @@ class CorpusDistribution:
         self._mix_changed(before, accepted)
         return self._record(step, proposal.fields, proposal.skipped)
 
-    def set_aside(self, name: str, share: float, step: int, reason: str) -> dict[str, Any] | None:
+    def set_aside(self, name: str, share: float | None, step: int, reason: str) -> dict[str, Any] | None:
         """From ``step`` on, corpus ``name`` keeps at most ``share`` of p (and of every mix derived from it); its
-        excess goes to the other corpora in proportion to their p. Returns the history record of the change, or
-        ``None`` (with a warning) when ``name`` is already set aside or is the last corpus not set aside: a run
-        needs something to train on. ``reason`` is recorded with it (the corpus-health verdict)."""
+        excess goes to the other corpora in proportion to their p. A corpus already set aside gets the new share;
+        ``share=None`` lifts its cap (the corpus-health checks' continuous down-weight moves and lifts caps as the
+        evidence changes). Returns the history record of the change, or ``None`` when nothing changes: the share is
+        the one it has, a cap to lift is not there, or (with a warning) ``name`` is the last corpus not set aside, as
+        a run needs something to train on. ``reason`` is recorded with it (the corpus-health verdict)."""
         if name not in self.names:
             raise ValueError(f"Cannot set aside {name!r}: it is not a training corpus (corpora: {self.names}).")
-        if not 0.0 <= share < 1.0:
+        if share is not None and not 0.0 <= share < 1.0:
             raise ValueError(f"The share a corpus set aside keeps must be in [0, 1), got {share!r}.")
-        if name in self.set_aside_shares:
+        if self.set_aside_shares.get(name) == share or (share is None and name not in self.set_aside_shares):
             return None
-        if len(self.set_aside_shares) + 1 >= len(self.names):
+        if share is not None and name not in self.set_aside_shares and \
+                len(self.set_aside_shares) + 1 >= len(self.names):
             logger.warning("Not setting aside corpus %r at step %s: every other corpus is set aside already, and "
                            "training needs at least one corpus. Check the training data.", name, step)
             return None
-        self.set_aside_shares[name] = float(share)
+        if share is None:
+            del self.set_aside_shares[name]
+        else:
+            self.set_aside_shares[name] = float(share)
         self._p = self._capped(self._proposed)
         self.version += 1
-        return self._record(step, {}, None, set_aside={name: {"share": float(share), "reason": str(reason)}})
+        self.set_aside_records += 1
+        return self._record(step, {}, None, set_aside={name: {"share": None if share is None else float(share),
+                                                              "reason": str(reason)}})
+
+    @property
+    def proposed(self) -> np.ndarray:
+        """p as the strategy last set it, before any corpus was set aside (a float64 copy)."""
+        return self._proposed.copy()
 
     def _capped(self, p: np.ndarray, shares: Mapping[str, float] | None = None) -> np.ndarray:
         """``p`` with every corpus set aside (``shares``, default this run's) at most at its share, and the others
@@ -291,13 +307,16 @@ class CorpusDistribution:
             "version": self.version,
             **({"set_aside": dict(self.set_aside_shares), "proposed": self._proposed.tolist()}
                if self.set_aside_shares else {}),
+            **({"set_aside_records": self.set_aside_records}
+               if self.set_aside_records != len(self.set_aside_shares) else {}),
             "strategy_state": self.proposer.state_dict() if self.proposer is not None else None,
         }
 
     @staticmethod
     def records_in(state: Mapping[str, Any]) -> int:
-        """How many history records a :meth:`state_dict` has seen: its updates and its corpora set aside."""
-        return int(state["update_count"]) + len(state.get("set_aside", {}))
+        """How many history records a :meth:`state_dict` has seen: its updates and its caps set, changed or lifted
+        (one per corpus set aside where no cap ever moved)."""
+        return int(state["update_count"]) + int(state.get("set_aside_records", len(state.get("set_aside", {}))))
 
     def check_state(self, state: Mapping[str, Any]) -> None:
         """Refuse (``ValueError``) a :meth:`state_dict` that is not this run's, changing nothing: its format,
@@ -350,7 +369,7 @@ class CorpusDistribution:
             self.proposer.load_state_dict(state["strategy_state"], proposed, version > 0)
         if len(history) != self.records_in(state):
             raise ValueError(f"Inconsistent corpus distribution state: {len(history)} history records for "
-                             f"{update_count} updates and {len(set_aside)} corpora set aside.")
+                             f"{update_count} updates and {self.records_in(state) - update_count} caps set aside.")
         last = history[-1].get("probabilities") if history else None
         if last is not None and last != dict(zip(self.names, probabilities.tolist())):
             raise ValueError(f"The last history record (step {history[-1].get('step')}) has p = {last}, the "
@@ -358,6 +377,7 @@ class CorpusDistribution:
         self._prior, self._p = prior, probabilities
         self.update_count, self.version = update_count, version
         self._proposed, self.set_aside_shares = proposed, set_aside
+        self.set_aside_records = self.records_in(state) - update_count
         self.history = [dict(record) for record in history]
 
     def __repr__(self) -> str:

@@ -93,9 +93,9 @@ def attach_balancing(
     seed = config.data_seed if config.data_seed is not None else config.seed
     streaming = any_stream(train_corpora)
     checks = bool(dev_corpora) and config.corpus_health_checks > 0
-    if config.corpus_health_action == "set_aside" and not checks:
-        raise ValueError("corpus_health_action=set_aside needs the corpus-health checks, which need dev corpora; give "
-                         "dev sets, or use corpus_health_action=warn.")
+    if config.corpus_health_action != "warn" and not checks:
+        raise ValueError(f"corpus_health_action={config.corpus_health_action} needs the corpus-health checks, which "
+                         "need dev corpora; give dev sets, or use corpus_health_action=warn.")
     held_out: dict[str, Dataset] = {}
     stream_sizes = streamed_run_sizes(train_corpora) if streaming else None
     if checks and config.corpus_health_holdout > 0:  # before anything reads the corpora: never trained on
@@ -140,7 +140,7 @@ def attach_balancing(
     if reward is not None:  # a learned p, drawn for the trackers with an image API (after their own on_log)
         callbacks.append(MixFigureCallback(callback.distribution, callbacks))
     if checks:
-        set_aside = config.corpus_health_action == "set_aside"
+        acting = config.corpus_health_action != "warn"
         sampled = {name: stream_head(dataset, config.corpus_health_tokens)  # a stream checked on its first pairs
                    if is_stream(dataset) and name not in held_out else dataset
                    for name, dataset in train_corpora.items()}
@@ -148,7 +148,8 @@ def attach_balancing(
             sampled, dev_corpora, measuring_collator(trainer), held_out=held_out,
             checks=config.corpus_health_checks, tokens=config.corpus_health_tokens, seed=seed,
             language_code_ids=language_code_ids(trainer.processing_class),
-            balancing=callback if set_aside else None, share=config.corpus_health_share,
+            balancing=callback if acting else None, action=config.corpus_health_action if acting else "set_aside",
+            share=config.corpus_health_share,
             accelerator=trainer.accelerator))
     return callback
 

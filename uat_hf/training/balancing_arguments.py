@@ -167,13 +167,17 @@ class BalancingArguments:
     corpus_health_action: str = field(
         default="warn",
         metadata={"help": "What a corpus found broken by the corpus-health checks gets: 'warn' (a warning, training "
-                  "unchanged) or 'set_aside' (it also keeps at most corpus_health_share of p from then on, whatever "
-                  "the strategy; the others share the rest in the strategy's ratio).",
-                  "choices": ["warn", "set_aside"]},
+                  "unchanged), 'set_aside' (suspect at two checks in a row: it also keeps at most corpus_health_share "
+                  "of p from then on, whatever the strategy; the others share the rest in the strategy's ratio) or "
+                  "'down_weight' (from the first check that finds it damaged with confidence, it keeps at most its "
+                  "share of the strategy's p times the measured ratio of source uses, at least corpus_health_share; "
+                  "the cap follows each check and is lifted when a check no longer finds the damage).",
+                  "choices": ["warn", "set_aside", "down_weight"]},
     )
     corpus_health_share: float = field(
         default=0.01,
-        metadata={"help": "corpus_health_action=set_aside: the share of p a corpus set aside keeps at most."},
+        metadata={"help": "corpus_health_action=set_aside: the share of p a corpus set aside keeps at most; "
+                  "down_weight: the least share of p a down-weighted corpus keeps."},
     )
     allow_inexact_resume: bool = field(
         default=False,

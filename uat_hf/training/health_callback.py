@@ -37,12 +37,14 @@ from ..evaluation.corpus_health import (
 from ..models.causal_lm import is_causal_lm
 from .callback import CorpusBalancingCallback, join_training_log
 
-__all__ = ["CorpusHealthCallback"]
+__all__ = ["ACTIONS", "CorpusHealthCallback"]
 
 logger = logging.getLogger(__name__)
 
 _PREFIX = "health/"
 _KEYS = ("source_use", "z", "dev_z")  # logged per corpus: what suspect_corpora reads
+#: What a callback with a balancing callback does to a broken corpus (``corpus_health_action`` less ``warn``).
+ACTIONS = ("set_aside", "down_weight")
 
 
 class CorpusHealthCallback(TrainerCallback):
@@ -52,11 +54,14 @@ class CorpusHealthCallback(TrainerCallback):
                  collate_fn: Callable[[list[dict]], dict], *, held_out: Mapping[str, Any] | None = None,
                  checks: int = 3, tokens: int = 4096, sub_batch_tokens: int = 4096, seed: int = 0,
                  language_code_ids: Collection[int] = (), balancing: CorpusBalancingCallback | None = None,
-                 share: float = 0.01, accelerator: Any = None) -> None:
+                 action: str = "set_aside", share: float = 0.01, accelerator: Any = None) -> None:
         if checks < 1:
             raise ValueError(f"corpus_health_checks must be >= 1 to build a CorpusHealthCallback, got {checks}.")
-        #: Sets suspect corpora aside at ``share`` through it; ``None``: warn only.
-        self.balancing, self.share, self.accelerator = balancing, float(share), accelerator
+        if action not in ACTIONS:
+            raise ValueError(f"A CorpusHealthCallback's action must be one of {', '.join(ACTIONS)}, got {action!r}.")
+        #: Acts on broken corpora through it (``action``, with ``share`` the least a corpus keeps); ``None``: warn
+        #: only.
+        self.balancing, self.action, self.share, self.accelerator = balancing, action, float(share), accelerator
         self.names = list(train_corpora)
         self.train_corpora, self.dev_corpora = train_corpora, dev_corpora
         #: Per corpus, the pairs held out of training that the checks sample (:func:`hold_out_pairs`); a corpus
@@ -118,7 +123,9 @@ class CorpusHealthCallback(TrainerCallback):
             if name not in self.warned:
                 self.warned[name] = health.describe(name)
                 logger.warning(self.warned[name])
-        if self.balancing is not None:
+        if self.balancing is not None and self.action == "down_weight":
+            self._down_weight(health)
+        elif self.balancing is not None:
             for name in self._agreed(confirmed):
                 if self.balancing.set_aside(name, self.share, step, health.describe(name)) is not None:
                     note = (f"Corpus {name!r} was set aside from step {step}: it kept at most {self.share:g} of p "
@@ -136,13 +143,42 @@ class CorpusHealthCallback(TrainerCallback):
         self.last = health
         return health
 
-    def _agreed(self, names: list[str]) -> list[str]:
+    def _down_weight(self, health: CorpusHealth) -> None:
+        """Cap each corpus this check alone finds damaged with confidence (its training pairs' source use below its
+        dev pairs' by :func:`suspect_z` of one check) at its sound share of the strategy's p: p times the ratio of
+        the source uses, about the share of its pairs that are sound (and at least ``share``); lift the cap of one
+        a check measures without that evidence. A corpus not measurable yet keeps what it has. Acting on the first
+        confident check, instead of waiting for a second, is what saves the steps a late verdict costs; the ratio,
+        instead of a fixed share, keeps the sound part of a partly broken corpus."""
+        margin = suspect_z(len(self.names), self.checks, in_a_row=False)
+        proposed = dict(zip(self.balancing.distribution.names, self.balancing.distribution.proposed))
+        caps: dict[str, float | None] = {}
+        for name, ratio, z, dev_z in zip(self.names, health.share, health.z, health.dev_z):
+            if dev_z >= MIN_DEV_Z:
+                sound = min(max(ratio, 0.0), 1.0)
+                caps[name] = round(max(self.share, sound * proposed[name]), 6) if z <= -margin else None
+        for name, cap in self._agreed(caps).items():
+            lifted = cap is None
+            reason = (f"lifted at step {health.step}: its training pairs' source use is no longer {margin:.1f} "
+                      "standard errors below its dev pairs'" if lifted else health.describe(name))
+            if self.balancing.set_aside(name, cap, health.step, reason) is None:
+                continue
+            note = (f"Corpus {name!r}'s cap is lifted at step {health.step} (corpus_health_action=down_weight): "
+                    "the check no longer finds its training pairs broken." if lifted else
+                    f"Corpus {name!r} keeps at most {cap:g} of p from step {health.step} (corpus_health_action="
+                    f"down_weight): its share of the strategy's p times the ratio of source uses, until a check "
+                    "measures it without that evidence.")
+            if not lifted and name not in self.warned:
+                self.warned[name] = f"{health.describe(name)} {note}"
+            logger.warning(note)
+
+    def _agreed(self, value: Any) -> Any:
         """The main process's verdict on every rank: the checks run on each, and p must move identically."""
         if self.accelerator is None or self.accelerator.num_processes == 1:
-            return names
+            return value
         from accelerate.utils import broadcast_object_list
 
-        return broadcast_object_list([names], from_process=0)[0]
+        return broadcast_object_list([value], from_process=0)[0]
 
     def summary(self) -> dict:
         """The last check, the warnings of the run, the corpora set aside and a note naming the corpora the last

@@ -89,7 +89,7 @@ NUMBER_RULES = (
 
 
 #: What a corpus found broken gets (``corpus_health_action``).
-HEALTH_ACTIONS = ("warn", "set_aside")
+HEALTH_ACTIONS = ("warn", "set_aside", "down_weight")
 
 
 @dataclass
