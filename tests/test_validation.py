@@ -294,7 +294,7 @@ CASES: list[Case] = [
          "scorer_prior_fit must be one of released, exact",
          lambda e: config(e, scorer_prior_fit="warm")),
     Case("health-action-unknown", "`corpus_health_action=\"drop\"`", "UATConfig",
-         "corpus_health_action must be one of warn, set_aside, got 'drop'",
+         "corpus_health_action must be one of warn, set_aside, down_weight, got 'drop'",
          lambda e: config(e, corpus_health_action="drop")),
     Case("set-aside-one-check", "`corpus_health_action=\"set_aside\", corpus_health_checks=1`", "UATConfig",
          "corpus_health_action=set_aside needs corpus_health_checks >= 2",
