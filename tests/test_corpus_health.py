@@ -17,6 +17,7 @@ from uat_hf.evaluation.corpus_health import (
     SampleCheck,
     check_sample,
     draw_health_sample,
+    fresh_parts,
     hold_out_pairs,
     suspect_corpora,
     suspect_z,
@@ -239,7 +240,7 @@ def test_the_held_out_pairs_are_all_the_checks_take_from_training(corpora, token
     same weights as a run without them on the corpora less the held-out pairs."""
     from uat_hf.models.presets import build_model
 
-    trained, held = hold_out_pairs(corpora["train"], share=0.1, tokens=4096, seed=0)
+    trained, held = hold_out_pairs(corpora["train"], share=0.1, tokens=3 * 4096, seed=0)  # a sample per check
     assert set(held) == set(corpora["train"]) and all(len(d) >= MIN_HELD_OUT for d in held.values())
     sizes = {n: len(d) for n, d in corpora["train"].items()}  # the prior counts the corpora as given
     weights = []
@@ -260,6 +261,48 @@ def test_the_held_out_pairs_are_all_the_checks_take_from_training(corpora, token
     assert health.summary()["held_out_pairs"] == {n: len(d) for n, d in held.items()}
     prior = [sizes[n] / sum(sizes.values()) for n in trainer.corpus_distribution.names]
     assert list(trainer.corpus_distribution.prior) == pytest.approx(prior, abs=1e-12)
+
+
+def test_the_held_out_pairs_split_into_seeded_disjoint_parts_of_about_a_sample_each(corpora):
+    from uat_hf.sampling.packing import example_lengths
+
+    pool = corpora["train"]["bible"]
+    lengths = example_lengths(pool)
+    parts = fresh_parts(pool, 600, seed=1)
+    assert len(parts) == int(lengths.sum() // 600) >= 3
+    assert sorted(np.concatenate(parts).tolist()) == list(range(len(pool)))  # every pair once
+    for part in parts[:-1]:
+        assert abs(int(lengths[part].sum()) - 600) <= lengths.max(), [int(lengths[q].sum()) for q in parts]
+    assert all((a == b).all() for a, b in zip(parts, fresh_parts(pool, 600, seed=1)))
+    assert not all(len(a) == len(b) and (a == b).all() for a, b in zip(parts, fresh_parts(pool, 600, seed=2)))
+    assert [p.tolist() for p in fresh_parts(pool, 10**9, seed=1)] == [list(range(len(pool)))]  # one sample: all
+
+
+def test_each_check_reads_a_fresh_part_of_the_held_out_pairs(corpora, tokenizer, tmp_path, monkeypatch):
+    import uat_hf.training.health_callback as health_callback
+    from uat_hf.models.presets import build_model
+
+    read: dict[str, list[set]] = {}
+
+    def draw(train, dev, *args, **kwargs):  # the real draw, recording which training pairs each check reads
+        name = next(n for n, d in corpora["dev"].items() if d is dev)
+        read.setdefault(name, []).append({tuple(x) for x in train["input_ids"]})
+        return draw_health_sample(train, dev, *args, **kwargs)
+
+    monkeypatch.setattr(health_callback, "draw_health_sample", draw)
+    args = UATConfig(output_dir=str(tmp_path / "out"), max_steps=3, max_tokens=400, learning_rate=1e-4,
+                     report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
+                     corpus_health_checks=3, corpus_health_tokens=200, corpus_health_holdout=0.4)
+    trainer = UATTrainer(build_model("tiny", tokenizer), args, train_corpora=corpora["train"],
+                         dev_corpora=corpora["dev"], processing_class=tokenizer)
+    trainer.train()
+    health = next(c for c in trainer.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
+    assert health.summary()["fresh_samples"] == {n: 3 for n in corpora["train"]}
+    for name, samples in read.items():
+        assert len(samples) == 3, name  # one part per check, each drawn once
+        assert all(not a & b for i, a in enumerate(samples) for b in samples[i + 1:]), name  # disjoint
+        pool = {tuple(x) for x in health.held_out[name]["input_ids"]}
+        assert set().union(*samples) <= pool, name  # only pairs training never sees
 
 
 def test_a_memorised_broken_corpus_is_seen_on_its_held_out_pairs_not_on_those_it_trained_on(learned, corpora,

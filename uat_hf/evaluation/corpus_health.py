@@ -8,14 +8,15 @@ on a target rises when the target is given another sentence's source. On a corpu
 to their sources it is near zero. So each check compares, corpus by corpus, the source use on a fixed sample of
 the training pairs with that on the dev pairs: about equal for a healthy corpus however hard or small it is,
 far lower for a broken one. The training-side sample is held out of training (:func:`hold_out_pairs`; a stream's
-is its first pairs): a model that has memorised broken pairs relies on their sources as if they were sound (a
+is its first pairs), a fresh part of the held-out pairs at each check where they hold more than one sample
+(:func:`fresh_parts`): a model that has memorised broken pairs relies on their sources as if they were sound (a
 memorised misaligned corpus scores about 1), so only pairs it never trained on can show them. (Comparing plain
 losses is blind here: a model trained on misaligned pairs fits their targets as a language model, and the losses of
 training and dev pairs stay close.)
 
 Uncertainty sampling makes this matter: a model is most uncertain where it learned garbage, so MultiUAT raises
 the share of exactly such a corpus. The check warns under every strategy, a static prior included. The samples
-are fixed for the run (drawn once from ``seed``), the mismatched source of a target is its neighbour's in
+are seeded (every rank and every resume reads the same pairs), the mismatched source of a target is its neighbour's in
 length order (so padding and lengths barely change), and the passes run in eval mode with no random state of
 the run: training is unchanged by the checks.
 """
@@ -43,7 +44,7 @@ from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
 from .causal_eval import prompt_lengths
 
 __all__ = ["SECOND_HALF_Z", "CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample",
-           "hold_out_pairs", "stream_head", "suspect_corpora", "suspect_z"]
+           "fresh_parts", "hold_out_pairs", "stream_head", "suspect_corpora", "suspect_z"]
 
 #: The model must use the sources of a corpus's dev pairs (mean source use this many standard errors above 0)
 #: before its training pairs can be judged ...
@@ -190,7 +191,7 @@ class CorpusHealth:
 def hold_out_pairs(corpora: Mapping[str, object], *, share: float, tokens: int, seed: int
                    ) -> tuple[dict[str, object], dict[str, object]]:
     """Each corpus split into the pairs it trains on and the pairs the checks measure and it never trains on: a
-    random ``tokens`` worth (the checks' sample), at most ``share`` of its pairs; a corpus that cannot spare
+    random ``tokens`` worth (the checks' samples), at most ``share`` of its pairs; a corpus that cannot spare
     :data:`MIN_HELD_OUT` keeps them all and is absent from the held-out mapping. Both sides keep the corpus's order
     (``Dataset.select`` of sorted indices), and the split depends only on ``seed``, the corpus's position and its
     lengths, so every process and every resume of a run holds out the same pairs.
@@ -219,6 +220,17 @@ def hold_out_pairs(corpora: Mapping[str, object], *, share: float, tokens: int, 
         held[name] = dataset.select(np.sort(order[:count]))
         trained[name] = dataset.select(np.sort(order[count:]))
     return trained, held
+
+
+def fresh_parts(pool: datasets.Dataset, tokens: int, seed: int) -> list[np.ndarray]:
+    """The indices of a held-out pool in disjoint random parts of about ``tokens`` each (at least one part: the whole
+    pool), sorted, for the checks to take in turn: where the pool holds several samples, consecutive checks judge
+    different pairs, and two verdicts in a row are two tests instead of one sample read twice."""
+    lengths = example_lengths(pool)
+    order = np.random.default_rng([seed, 3]).permutation(len(lengths))
+    parts = max(1, int(lengths.sum() // max(int(tokens), 1)))
+    bounds = np.searchsorted(np.cumsum(lengths[order]), tokens * np.arange(1, parts), side="right")
+    return [np.sort(part) for part in np.split(order, bounds) if len(part)]
 
 
 def stream_head(stream: object, tokens: int) -> datasets.Dataset:

@@ -101,8 +101,9 @@ def attach_balancing(
     if checks and config.corpus_health_holdout > 0:  # before anything reads the corpora: never trained on
         if not streaming:  # the prior counts the corpora as given (so does a streamed run's: stream_sizes)
             corpus_sizes = prior_sizes(train_corpora, corpus_sizes)
-        train_corpora, held_out = hold_out_pairs(train_corpora, share=config.corpus_health_holdout,
-                                                 tokens=config.corpus_health_tokens, seed=seed)
+        train_corpora, held_out = hold_out_pairs(  # a sample for each check, where the share allows
+            train_corpora, share=config.corpus_health_holdout,
+            tokens=config.corpus_health_tokens * config.corpus_health_checks, seed=seed)
     if corpus_sizes is not None and streaming:
         raise ValueError("corpus_sizes with streamed corpora: a stream's prior counts its own size (num_examples); "
                          "give the prior as corpus_probabilities instead.")

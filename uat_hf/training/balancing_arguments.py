@@ -159,10 +159,10 @@ class BalancingArguments:
     corpus_health_holdout: float = field(
         default=0.02,
         metadata={"help": "Share of each training corpus's pairs kept out of training as the checks' training-side "
-                  "sample (the pairs corpus_health_tokens takes, at most this share; a corpus that cannot spare 16 "
-                  "pairs is checked on pairs it trains on): a model that has memorised broken pairs uses their "
-                  "sources as if they were sound, so only pairs it never trained on show them. 0: the checks sample "
-                  "pairs the model trains on."},
+                  "samples (corpus_health_tokens for each check, a fresh sample each time, at most this share; a "
+                  "corpus that cannot spare 16 pairs is checked on pairs it trains on): a model that has memorised "
+                  "broken pairs uses their sources as if they were sound, so only pairs it never trained on show "
+                  "them. 0: the checks sample pairs the model trains on."},
     )
     corpus_health_action: str = field(
         default="warn",

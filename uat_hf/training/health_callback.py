@@ -1,15 +1,19 @@
 """Corpus health during training: warn, naming the corpus and the numbers, when its training pairs look broken.
 
 A few checks per run (``corpus_health_checks``, evenly spaced) measure how much the model relies on the sources of
-a fixed sample of every corpus's training pairs, held out of training (``corpus_health_holdout``), against its dev
-pairs (:mod:`uat_hf.evaluation.corpus_health`). Each check reads the first half of every corpus's sample, and the
-second half only where the first cannot clear the corpus (:meth:`~uat_hf.evaluation.corpus_health.CorpusHealth.
-undecided`): a sound corpus costs about half a sample, and every verdict is still reached on the whole sample. A
-corpus suspect at two consecutive checks (by a margin that keeps a sound corpus's chance of being called broken in
-a run under 1 %: :func:`~uat_hf.evaluation.corpus_health.suspect_z`) gets one warning in the log and, with
-``corpus_health_action: set_aside``, is set aside: it keeps at most ``corpus_health_share`` of p from that step on,
-whatever the strategy (:meth:`~uat_hf.training.callback.CorpusBalancingCallback.set_aside`). The strategies' own
-measurements cannot do this: a corpus of misaligned pairs still lowers its dev loss (its targets teach the domain's
+a sample of every corpus's training pairs, held out of training (``corpus_health_holdout``; a fresh part of them at
+each check where they hold more than one sample), against its dev pairs (:mod:`uat_hf.evaluation.corpus_health`).
+Each check reads the first half of every corpus's sample, and the second half only where the first cannot clear
+the corpus (:meth:`~uat_hf.evaluation.corpus_health.CorpusHealth.undecided`): a sound corpus costs about half a
+sample, and every verdict is still reached on the whole sample. A corpus suspect at two consecutive checks (by a
+margin that keeps a sound corpus's chance of being called broken in a run under 1 %:
+:func:`~uat_hf.evaluation.corpus_health.suspect_z`) gets one warning in the log. With ``corpus_health_action:
+set_aside`` it is also set aside: it keeps at most ``corpus_health_share`` of p from that step on. With
+``down_weight`` it is capped from the first check that finds it damaged with confidence (one check's margin, the
+same 1 % per run), at its share of the strategy's p times the measured ratio of source uses, and the cap follows
+every later check, lifted when one no longer finds the damage. Either holds whatever the strategy
+(:meth:`~uat_hf.training.callback.CorpusBalancingCallback.set_aside`). The strategies' own measurements cannot do
+this: a corpus of misaligned pairs still lowers its dev loss (its targets teach the domain's
 words) and stays the one the model is most uncertain about, so MultiUAT and mixing-law keep or raise its share. The
 checks join the Trainer's log entries as ``health/<corpus>_source_use``, ``_z`` and ``_dev_z`` (so
 ``trainer_state.json`` keeps them, and a resumed run picks up the last one), and :attr:`CorpusHealthCallback.last`
@@ -31,6 +35,7 @@ from ..evaluation.corpus_health import (
     SampleCheck,
     check_sample,
     draw_health_sample,
+    fresh_parts,
     suspect_corpora,
     suspect_z,
 )
@@ -74,7 +79,10 @@ class CorpusHealthCallback(TrainerCallback):
         self.last: CorpusHealth | None = None
         self.warned: dict[str, str] = {}
         self._previous: tuple[dict[str, float], ...] | None = None
-        self._samples: dict[str, HealthSample] | None = None
+        #: Per corpus, the held-out pairs in parts, a fresh one for each check in turn (:meth:`_sample`) ...
+        self._parts: dict[str, list] = {}
+        #: ... and the part its last check read with that check's sample.
+        self._samples: dict[str, tuple[int, HealthSample]] = {}
         self._pending: dict[str, float] = {}
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -97,15 +105,10 @@ class CorpusHealthCallback(TrainerCallback):
 
     def check(self, model: Any, step: int) -> CorpusHealth:
         """Measure now; warn about corpora suspect now and at the previous check."""
-        if self._samples is None:
-            self._samples = {
-                n: draw_health_sample(self.held_out.get(n, self.train_corpora[n]), self.dev_corpora[n],
-                                      self.collate_fn, tokens=self.tokens,
-                                      sub_batch_tokens=self.sub_batch_tokens, seed=self.seed + i,
-                                      causal=is_causal_lm(model))
-                for i, n in enumerate(self.names)}
+        index = -(-step // self.every) - 1  # the check's number, from its step alone: a resumed run agrees
+        samples = {n: self._sample(n, i, index, is_causal_lm(model)) for i, n in enumerate(self.names)}
         threshold = suspect_z(len(self.names), self.checks)
-        halves = [[check_sample(model, getattr(self._samples[n], side)[0], self.language_code_ids)
+        halves = [[check_sample(model, getattr(samples[n], side)[0], self.language_code_ids)
                    for n in self.names] for side in ("train", "dev")]
         undecided = self._agreed(CorpusHealth(step, self.names, *halves, threshold).undecided())
         if undecided:
@@ -115,7 +118,7 @@ class CorpusHealthCallback(TrainerCallback):
             i = self.names.index(n)
             for side, checks in zip(("train", "dev"), halves):
                 checks[i] = SampleCheck.pooled([checks[i], *(check_sample(model, half, self.language_code_ids)
-                                                            for half in getattr(self._samples[n], side)[1:])])
+                                                            for half in getattr(samples[n], side)[1:])])
         health = CorpusHealth(step, self.names, *halves, threshold)
         before = suspect_corpora(*self._previous, threshold=threshold) if self._previous else []
         confirmed = [name for name in health.suspects() if name in before]
@@ -142,6 +145,22 @@ class CorpusHealthCallback(TrainerCallback):
                          for key, per in values.items() for n, v in per.items()}
         self.last = health
         return health
+
+    def _sample(self, name: str, position: int, index: int, causal: bool) -> HealthSample:
+        """Corpus ``name``'s sample for check number ``index``: the next part of its held-out pairs
+        (:func:`~uat_hf.evaluation.corpus_health.fresh_parts`, in turn), or the one fixed sample of the pairs it
+        trains on where none are held out. Drawn once per part (the last one kept) and seeded, so every rank and
+        every resume reads the same pairs."""
+        pool = self.held_out.get(name)
+        if pool is not None and name not in self._parts:
+            self._parts[name] = fresh_parts(pool, self.tokens, self.seed + position)
+        part = index % len(self._parts[name]) if pool is not None else 0
+        if self._samples.get(name, (None,))[0] != part:
+            train = self.train_corpora[name] if pool is None else pool.select(self._parts[name][part])
+            self._samples[name] = (part, draw_health_sample(
+                train, self.dev_corpora[name], self.collate_fn, tokens=self.tokens,
+                sub_batch_tokens=self.sub_batch_tokens, seed=self.seed + position, causal=causal))
+        return self._samples[name][1]
 
     def _down_weight(self, health: CorpusHealth) -> None:
         """Cap each corpus this check alone finds damaged with confidence (its training pairs' source use below its
@@ -190,6 +209,7 @@ class CorpusHealthCallback(TrainerCallback):
                 f"{MIN_DEV_Z:g}), so broken training pairs there would go unseen; the audit before training "
                 "(corpus_audit) is what checks them." if unmeasured else None)
         held = {n: len(self.held_out[n]) if n in self.held_out else 0 for n in self.names}
-        return {**(self.last.as_dict() if self.last else {}), "held_out_pairs": held,
+        parts = {n: len(self._parts[n]) for n in self.names if n in self._parts}
+        return {**(self.last.as_dict() if self.last else {}), "held_out_pairs": held, "fresh_samples": parts,
                 "warnings": list(self.warned.values()),
                 **({"set_aside": dict(aside)} if aside else {}), **({"note": note} if note else {})}
