@@ -494,6 +494,10 @@ CASES: list[Case] = [
          lambda e: resume(e, "strategy", strategy="multidds-s", measure=None)),
     Case("resume-other-seed", "resume a checkpoint of seed 7 with `seed=8`", "UATTrainer.train",
          "was trained with seed=7 (this run gives 8)", lambda e: resume(e, "seed", seed=8)),
+    Case("resume-other-health-checks", "resume a checkpoint of 3 corpus-health checks with "
+         "`corpus_health_checks=6` (a sample per check is held out of training)", "UATTrainer.train",
+         "was trained with corpus_health_checks=3 (this run gives 6)",
+         lambda e: resume(e, "health-checks", corpus_health_checks=6)),
     Case("resume-other-measure", "resume a `measure=\"exptp\"` checkpoint with `measure=\"vartp\"`",
          "UATTrainer.train", "was trained with measure='exptp' (this run gives 'vartp')",
          lambda e: resume(e, "measure", measure="vartp")),
