@@ -42,15 +42,14 @@ FIXED_ON_RESUME = tuple(f.name for f in fields(BalancingArguments) if f.name not
 
 def resume_settings(config: Any) -> dict[str, Any]:
     """The :data:`FIXED_ON_RESUME` values of ``config`` (a ``UATConfig``), as JSON would hold them; the
-    corpus-health checks' settings too when a suspect corpus is set aside (the checks then change p), and the
-    share they hold out of training with the sample size and the number of checks that decide which pairs (0 when
-    there are no checks: then nothing is held out). The strategy's own settings count in full (defaults included), so that a setting
-    given at its default and one left out are the same run."""
+    corpus-health checks' settings too when they act on p or hold pairs out of training (a sample per check), and
+    the share they hold out (0 when there are no checks: then nothing is held out). The strategy's own settings
+    count in full (defaults included), so that a setting given at its default and one left out are the same run."""
     names = FIXED_ON_RESUME
     checks = getattr(config, "corpus_health_checks", 0) > 0
     holdout = float(getattr(config, "corpus_health_holdout", 0.0)) if checks else 0.0
-    if getattr(config, "corpus_health_action", "warn") != "warn" or holdout:  # they change p, or hold out a
-        names += ("corpus_health_checks", "corpus_health_tokens")  # sample per check of corpus_health_tokens
+    if getattr(config, "corpus_health_action", "warn") != "warn" or holdout:
+        names += ("corpus_health_checks", "corpus_health_tokens")
     settings = {name: _plain(getattr(config, name, None)) for name in names}
     settings["corpus_health_holdout"] = holdout
     strategy = getattr(config, "strategy_class", None)
