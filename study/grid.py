@@ -270,7 +270,7 @@ GUARD_SUFFIX, GUARD_CHECKS = "-setaside", 12
 GUARDED_STRATEGIES = ("proportional", "multiuat-enteos", "mixing-law", "multidds-s")
 #: ... and with the continuous down-weight (corpus_health_action=down_weight, issue 45 item 3), as a user gets it:
 #: checked on the held-out slice (corpus_health_holdout's default), the audit only warning. misaligned-A-<strategy>-
-#: downweight.
+#: downweight; on the dev sets (its screening), misaligned-Adev- and control-Adev-proportional-downweight.
 DOWNWEIGHT_SUFFIX = "-downweight"
 DOWNWEIGHTED_STRATEGIES = ("proportional", "multiuat-enteos")
 #: The fixed-point cell (issue 45, item 5): MultiUAT-EntEOS on the regular multidomain corpora, its scorer started
@@ -305,6 +305,7 @@ def known_answer_cells() -> list[tuple[str, str, str]]:
     return ([(setup, "A", strategy) for setup in first for strategy in KNOWN_STRATEGIES]
             + [("misaligned", "A", strategy + GUARD_SUFFIX) for strategy in GUARDED_STRATEGIES]
             + [("misaligned", "A", strategy + DOWNWEIGHT_SUFFIX) for strategy in DOWNWEIGHTED_STRATEGIES]
+            + [(setup, SWEEP_REGIME, "proportional" + DOWNWEIGHT_SUFFIX) for setup in ("misaligned", "control")]
             + [("misaligned", SWEEP_REGIME, strategy) for strategy in SWEEP_STRATEGIES]
             + [(setup, "A", strategy) for setup in noise.KINDS
                for strategy in NOISE_STRATEGIES + (("oracle",) if setup in NOISE_ORACLE_SHARES else ())]

@@ -105,7 +105,8 @@ class CorpusHealthCallback(TrainerCallback):
 
     def check(self, model: Any, step: int) -> CorpusHealth:
         """Measure now; warn about corpora suspect now and at the previous check."""
-        index = -(-step // self.every) - 1  # the check's number, from its step alone: a resumed run agrees
+        every = self.every or max(1, step // self.checks)  # 0: a finished run evaluated again, at its last step
+        index = -(-step // every) - 1  # the check's number, from its step alone: a resumed run agrees
         samples = {n: self._sample(n, i, index, is_causal_lm(model)) for i, n in enumerate(self.names)}
         threshold = suspect_z(len(self.names), self.checks)
         halves = [[check_sample(model, getattr(samples[n], side)[0], self.language_code_ids)
