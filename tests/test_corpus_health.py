@@ -525,7 +525,11 @@ def test_the_down_weight_follows_the_evidence_and_keeps_its_cap_while_a_corpus_c
     assert distribution.set_aside_shares == {"a": 0.01}
     health._down_weight(_health(8, 0.9))  # z about -2.8, above the margin of one check (3.1): lifted
     assert distribution.set_aside_shares == {} and distribution.p.tolist() == [0.6, 0.4]
-    assert [r["set_aside"]["a"]["share"] for r in distribution.history] == [0.18, 0.01, None]
+    health._down_weight(_health(10, 0.85))  # z about -4.2, but a ratio a sound corpus's train/dev gap can give
+    assert distribution.set_aside_shares == {}
+    health._down_weight(_health(12, 0.75))  # z about -7 and a quarter of its source use lost: capped
+    assert distribution.set_aside_shares == {"a": pytest.approx(0.45)}
+    assert [r["set_aside"]["a"]["share"] for r in distribution.history] == [0.18, 0.01, None, 0.45]
     assert "down_weight" in health.warned["a"]
 
 

@@ -43,8 +43,8 @@ from ..sampling.packing import draw_token_batch, example_lengths, split_by_token
 from ..utils.columns import IGNORE_INDEX, MODEL_COLUMNS, TOKEN_COLUMNS
 from .causal_eval import prompt_lengths
 
-__all__ = ["SECOND_HALF_Z", "CorpusHealth", "HealthSample", "SampleCheck", "check_sample", "draw_health_sample",
-           "fresh_parts", "hold_out_pairs", "stream_head", "suspect_corpora", "suspect_z"]
+__all__ = ["DAMAGED_SHARE", "SECOND_HALF_Z", "CorpusHealth", "HealthSample", "SampleCheck", "check_sample",
+           "draw_health_sample", "fresh_parts", "hold_out_pairs", "stream_head", "suspect_corpora", "suspect_z"]
 
 #: The model must use the sources of a corpus's dev pairs (mean source use this many standard errors above 0)
 #: before its training pairs can be judged ...
@@ -52,6 +52,11 @@ MIN_DEV_Z = 3.0
 #: ... and a corpus is suspect when the source use of its training pairs is at most this share of its dev
 #: pairs' ...
 SUSPECT_SHARE = 0.5
+#: The continuous down-weight acts on a corpus only where its ratio is at most this: a sound corpus's own training
+#: pairs, held out, can use their sources somewhat less than its dev pairs (a regular corpus measured 0.85-0.92 of
+#: them late in a run, z down to -2.4: study/study.md, "Down-weighted cells"), a gap that a larger sample would make
+#: "significant" without any pair being broken.
+DAMAGED_SHARE = 0.8
 #: ... by at least :func:`suspect_z` standard errors (sentences are the samples), at two checks in a row: the
 #: chance that a sound corpus is called broken in a run stays below this, however many corpora and checks.
 FALSE_ALARM_RATE = 0.01

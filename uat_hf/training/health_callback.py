@@ -29,6 +29,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..evaluation.corpus_health import (
+    DAMAGED_SHARE,
     MIN_DEV_Z,
     CorpusHealth,
     HealthSample,
@@ -165,18 +166,20 @@ class CorpusHealthCallback(TrainerCallback):
 
     def _down_weight(self, health: CorpusHealth) -> None:
         """Cap each corpus this check alone finds damaged with confidence (its training pairs' source use below its
-        dev pairs' by :func:`suspect_z` of one check) at its sound share of the strategy's p: p times the ratio of
-        the source uses, about the share of its pairs that are sound (and at least ``share``); lift the cap of one
-        a check measures without that evidence. A corpus not measurable yet keeps what it has. Acting on the first
-        confident check, instead of waiting for a second, is what saves the steps a late verdict costs; the ratio,
-        instead of a fixed share, keeps the sound part of a partly broken corpus."""
+        dev pairs' by :func:`suspect_z` of one check, and at most :data:`DAMAGED_SHARE` of it) at its sound share of
+        the strategy's p: p times the ratio of the source uses, about the share of its pairs that are sound (and at
+        least ``share``); lift the cap of one a check measures without that evidence. A corpus not measurable yet
+        keeps what it has. Acting on the first confident check, instead of waiting for a second, is what saves the
+        steps a late verdict costs; the ratio, instead of a fixed share, keeps the sound part of a partly broken
+        corpus."""
         margin = suspect_z(len(self.names), self.checks, in_a_row=False)
         proposed = dict(zip(self.balancing.distribution.names, self.balancing.distribution.proposed))
         caps: dict[str, float | None] = {}
         for name, ratio, z, dev_z in zip(self.names, health.share, health.z, health.dev_z):
             if dev_z >= MIN_DEV_Z:
                 sound = min(max(ratio, 0.0), 1.0)
-                caps[name] = round(max(self.share, sound * proposed[name]), 6) if z <= -margin else None
+                damaged = z <= -margin and ratio <= DAMAGED_SHARE
+                caps[name] = round(max(self.share, sound * proposed[name]), 6) if damaged else None
         for name, cap in self._agreed(caps).items():
             lifted = cap is None
             reason = (f"lifted at step {health.step}: its training pairs' source use is no longer {margin:.1f} "
