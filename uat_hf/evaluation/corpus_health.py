@@ -16,9 +16,9 @@ training and dev pairs stay close.)
 
 Uncertainty sampling makes this matter: a model is most uncertain where it learned garbage, so MultiUAT raises
 the share of exactly such a corpus. The check warns under every strategy, a static prior included. The samples
-are seeded (every rank and every resume reads the same pairs), the mismatched source of a target is its neighbour's in
-length order (so padding and lengths barely change), and the passes run in eval mode with no random state of
-the run: training is unchanged by the checks.
+are seeded (every rank and every resume reads the same pairs), the mismatched source of a target is its
+neighbour's in length order (so padding and lengths barely change), and the passes run in eval mode with no random
+state of the run: training is unchanged by the checks.
 """
 
 from __future__ import annotations

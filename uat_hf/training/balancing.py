@@ -141,7 +141,6 @@ def attach_balancing(
     if reward is not None:  # a learned p, drawn for the trackers with an image API (after their own on_log)
         callbacks.append(MixFigureCallback(callback.distribution, callbacks))
     if checks:
-        acting = config.corpus_health_action != "warn"
         sampled = {name: stream_head(dataset, config.corpus_health_tokens)  # a stream checked on its first pairs
                    if is_stream(dataset) and name not in held_out else dataset
                    for name, dataset in train_corpora.items()}
@@ -149,8 +148,7 @@ def attach_balancing(
             sampled, dev_corpora, measuring_collator(trainer), held_out=held_out,
             checks=config.corpus_health_checks, tokens=config.corpus_health_tokens, seed=seed,
             language_code_ids=language_code_ids(trainer.processing_class),
-            balancing=callback if acting else None, action=config.corpus_health_action if acting else "set_aside",
-            share=config.corpus_health_share,
+            balancing=callback, action=config.corpus_health_action, share=config.corpus_health_share,
             accelerator=trainer.accelerator))
     return callback
 

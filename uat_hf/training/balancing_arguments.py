@@ -15,6 +15,7 @@ from ..strategies.registry import available_strategies
 
 __all__ = [
     "DEFAULT_MEASURE",
+    "HEALTH_ACTIONS",
     "MC_BATCH_MODES",
     "MEASURES",
     "RELEASED_CODE_MEASURES",
@@ -23,6 +24,9 @@ __all__ = [
 ]
 
 MC_BATCH_MODES = ("auto", "loop", "replicate")
+#: What a corpus the corpus-health checks find broken gets (corpus_health_action): a warning only, or also a cap on
+#: its share of p (uat_hf.training.health_callback).
+HEALTH_ACTIONS = ("warn", "set_aside", "down_weight")
 DEFAULT_MEASURE = "enteos"
 #: Fields that were ``UATConfig``'s and are now a strategy's own settings: old name → (strategy, setting). A recipe
 #: or command line that still names one is read as that setting, with a warning (a saved run's recipe.yaml stays
@@ -172,7 +176,7 @@ class BalancingArguments:
                   "'down_weight' (from the first check that finds it damaged with confidence, it keeps at most its "
                   "share of the strategy's p times the measured ratio of source uses, at least corpus_health_share; "
                   "the cap follows each check and is lifted when a check no longer finds the damage).",
-                  "choices": ["warn", "set_aside", "down_weight"]},
+                  "choices": list(HEALTH_ACTIONS)},
     )
     corpus_health_share: float = field(
         default=0.01,

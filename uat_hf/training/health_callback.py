@@ -41,16 +41,15 @@ from ..evaluation.corpus_health import (
     suspect_z,
 )
 from ..models.causal_lm import is_causal_lm
+from .balancing_arguments import HEALTH_ACTIONS
 from .callback import CorpusBalancingCallback, join_training_log
 
-__all__ = ["ACTIONS", "CorpusHealthCallback"]
+__all__ = ["CorpusHealthCallback"]
 
 logger = logging.getLogger(__name__)
 
 _PREFIX = "health/"
 _KEYS = ("source_use", "z", "dev_z")  # logged per corpus: what suspect_corpora reads
-#: What a callback with a balancing callback does to a broken corpus (``corpus_health_action`` less ``warn``).
-ACTIONS = ("set_aside", "down_weight")
 
 
 class CorpusHealthCallback(TrainerCallback):
@@ -60,13 +59,16 @@ class CorpusHealthCallback(TrainerCallback):
                  collate_fn: Callable[[list[dict]], dict], *, held_out: Mapping[str, Any] | None = None,
                  checks: int = 3, tokens: int = 4096, sub_batch_tokens: int = 4096, seed: int = 0,
                  language_code_ids: Collection[int] = (), balancing: CorpusBalancingCallback | None = None,
-                 action: str = "set_aside", share: float = 0.01, accelerator: Any = None) -> None:
+                 action: str = "warn", share: float = 0.01, accelerator: Any = None) -> None:
         if checks < 1:
             raise ValueError(f"corpus_health_checks must be >= 1 to build a CorpusHealthCallback, got {checks}.")
-        if action not in ACTIONS:
-            raise ValueError(f"A CorpusHealthCallback's action must be one of {', '.join(ACTIONS)}, got {action!r}.")
-        #: Acts on broken corpora through it (``action``, with ``share`` the least a corpus keeps); ``None``: warn
-        #: only.
+        if action not in HEALTH_ACTIONS:
+            raise ValueError(f"A CorpusHealthCallback's action must be one of {', '.join(HEALTH_ACTIONS)}, got "
+                             f"{action!r}.")
+        if action != "warn" and balancing is None:
+            raise ValueError(f"action={action!r} caps p through the balancing callback: give balancing=.")
+        #: Caps broken corpora's shares through it (``action``; ``share``: the set-aside share, the least a
+        #: down-weighted corpus keeps).
         self.balancing, self.action, self.share, self.accelerator = balancing, action, float(share), accelerator
         self.names = list(train_corpora)
         self.train_corpora, self.dev_corpora = train_corpora, dev_corpora
@@ -128,9 +130,9 @@ class CorpusHealthCallback(TrainerCallback):
             if name not in self.warned:
                 self.warned[name] = health.describe(name)
                 logger.warning(self.warned[name])
-        if self.balancing is not None and self.action == "down_weight":
+        if self.action == "down_weight":
             self._down_weight(health)
-        elif self.balancing is not None:
+        elif self.action == "set_aside":
             for name in self._agreed(confirmed):
                 if self.balancing.set_aside(name, self.share, step, health.describe(name)) is not None:
                     note = (f"Corpus {name!r} was set aside from step {step}: it kept at most {self.share:g} of p "
@@ -206,7 +208,7 @@ class CorpusHealthCallback(TrainerCallback):
     def summary(self) -> dict:
         """The last check, the warnings of the run, the corpora set aside and a note naming the corpora the last
         check could not judge, for ``eval_results.json`` and the model card."""
-        aside = self.balancing.distribution.set_aside_shares if self.balancing is not None else {}
+        aside = self.balancing.distribution.set_aside_shares if self.action != "warn" else {}
         unmeasured = self.last.not_measurable() if self.last else []
         note = (f"Corpus health not measurable yet for {', '.join(repr(n) for n in unmeasured)} at step "
                 f"{self.last.step}: the model does not clearly use the sources of their dev pairs yet (dev z < "

@@ -20,7 +20,14 @@ from ..sampling.priors import check_corpus_probabilities, corpus_probabilities_f
 from ..strategies.base import BalancingStrategy
 from ..strategies.registry import build_distribution, get_strategy, loaded_strategies, split_variant
 from ..strategies.scorer import PRIOR_FITS
-from .balancing_arguments import DEFAULT_MEASURE, MC_BATCH_MODES, MEASURES, RELEASED_CODE_MEASURES, BalancingArguments
+from .balancing_arguments import (
+    DEFAULT_MEASURE,
+    HEALTH_ACTIONS,
+    MC_BATCH_MODES,
+    MEASURES,
+    RELEASED_CODE_MEASURES,
+    BalancingArguments,
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,6 @@ NUMBER_RULES = (
 
 
 #: What a corpus found broken gets (``corpus_health_action``).
-HEALTH_ACTIONS = ("warn", "set_aside", "down_weight")
 
 
 @dataclass
