@@ -169,8 +169,9 @@ def _p_row(strategy: str, runs: list, broken: str, oracle: dict[str, float]) -> 
 
 
 def _first_update(history: list[dict] | None, broken: str) -> float | None:
-    """``broken``'s share after the strategy's first update (a set-aside by the health check is not one)."""
-    updates = [r for r in history or [] if r["step"] > 0 and "set_aside" not in r]
+    """``broken``'s share after the strategy's first update (a cap by the health check is not one; runs archived
+    before the caps were named so call its record ``set_aside``)."""
+    updates = [r for r in history or [] if r["step"] > 0 and not {"cap", "set_aside"} & r.keys()]
     return updates[0]["probabilities"].get(broken, 0.0) if updates else None
 
 

@@ -219,8 +219,8 @@ def test_healthy_corpora_get_no_warning_and_no_cap(learned, tokenizer, tmp_path,
     trainer = UATTrainer(model, args, train_corpora=pairs, dev_corpora=pairs, processing_class=tokenizer)
     with caplog.at_level(logging.WARNING, logger="uat_hf.training.health_callback"):
         trainer.train()
-    assert caplog.records == [] and trainer.corpus_distribution.set_aside_shares == {}
-    assert not any("set_aside" in r for r in trainer.corpus_distribution.history)
+    assert caplog.records == [] and trainer.corpus_distribution.caps == {}
+    assert not any("cap" in r for r in trainer.corpus_distribution.history)
     checked = [e["step"] for e in trainer.state.log_history if "health/bible_source_use" in e]
     assert checked == [1, 2, 3, 4]  # silence after the checks ran, not for want of a check
 
@@ -374,23 +374,23 @@ def test_an_encoder_decoder_model_encodes_each_source_once_and_scores_as_two_ful
     assert shared.loss == pytest.approx(full.loss, abs=1e-5)
 
 
-def test_a_corpus_set_aside_keeps_at_most_its_share_and_the_others_keep_their_ratio():
+def test_a_capped_corpus_keeps_at_most_its_share_and_the_others_keep_their_ratio():
     distribution = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
-    record = distribution.set_aside("a", 0.01, 4, "broken")
+    record = distribution.cap("a", 0.01, 4, "broken")
     assert distribution.p == pytest.approx([0.01, 0.3 * 0.99 / 0.5, 0.2 * 0.99 / 0.5], abs=1e-15)
-    assert record["step"] == 4 and record["set_aside"] == {"a": {"share": 0.01, "reason": "broken"}}
+    assert record["step"] == 4 and record["cap"] == {"a": {"share": 0.01, "reason": "broken"}}
     assert record["probabilities"] == distribution.as_dict()
     # no update: the seeds keyed by the update count stay in step; the record is counted for the history file
     assert distribution.update_count == 0 and CorpusDistribution.records_in(distribution.state_dict()) == 1
-    assert distribution.set_aside("a", 0.01, 5, "again") is None and len(distribution.history) == 1
-    assert distribution.set_aside("b", 0.0, 6, "broken too") is not None
-    assert distribution.set_aside("c", 0.0, 7, "the last one") is None  # something must be left to train on
+    assert distribution.cap("a", 0.01, 5, "again") is None and len(distribution.history) == 1
+    assert distribution.cap("b", 0.0, 6, "broken too") is not None
+    assert distribution.cap("c", 0.0, 7, "the last one") is None  # something must be left to train on
     assert distribution.p == pytest.approx([0.01, 0.0, 0.99], abs=1e-15)
     resumed = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
     resumed.load_state_dict(distribution.state_dict(), distribution.history)
-    assert resumed.state_dict() == distribution.state_dict() and resumed.set_aside_shares == {"a": 0.01, "b": 0.0}
+    assert resumed.state_dict() == distribution.state_dict() and resumed.caps == {"a": 0.01, "b": 0.0}
     with pytest.raises(ValueError, match="'d': it is not a training corpus"):
-        distribution.set_aside("d", 0.01, 8, "unknown")
+        distribution.cap("d", 0.01, 8, "unknown")
 
 
 class _RecordingTrainer(UATTrainer):
@@ -404,22 +404,39 @@ class _RecordingTrainer(UATTrainer):
 
 def test_a_cap_moves_with_each_verdict_and_is_lifted_and_the_records_are_counted_across_a_resume():
     distribution = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
-    distribution.set_aside("a", 0.2, 2, "damaged")
-    moved = distribution.set_aside("a", 0.1, 4, "more damaged")
-    assert moved["set_aside"] == {"a": {"share": 0.1, "reason": "more damaged"}}
+    distribution.cap("a", 0.2, 2, "damaged")
+    moved = distribution.cap("a", 0.1, 4, "more damaged")
+    assert moved["cap"] == {"a": {"share": 0.1, "reason": "more damaged"}}
     assert distribution.p == pytest.approx([0.1, 0.3 * 0.9 / 0.5, 0.2 * 0.9 / 0.5], abs=1e-15)
-    assert distribution.set_aside("b", None, 5, "nothing to lift") is None
-    lifted = distribution.set_aside("a", None, 6, "no longer damaged")
-    assert lifted["set_aside"] == {"a": {"share": None, "reason": "no longer damaged"}}
-    assert distribution.p.tolist() == [0.5, 0.3, 0.2] and distribution.set_aside_shares == {}
-    distribution.set_aside("b", 0.05, 8, "damaged")
+    assert distribution.cap("b", None, 5, "nothing to lift") is None
+    lifted = distribution.cap("a", None, 6, "no longer damaged")
+    assert lifted["cap"] == {"a": {"share": None, "reason": "no longer damaged"}}
+    assert distribution.p.tolist() == [0.5, 0.3, 0.2] and distribution.caps == {}
+    distribution.cap("b", 0.05, 8, "damaged")
     state = distribution.state_dict()
     assert distribution.update_count == 0 and CorpusDistribution.records_in(state) == 4 == len(distribution.history)
     resumed = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
     resumed.load_state_dict(state, distribution.history)
-    assert resumed.state_dict() == state and resumed.set_aside_shares == {"b": 0.05}
+    assert resumed.state_dict() == state and resumed.caps == {"b": 0.05}
     with pytest.raises(ValueError, match="4 history records for 0 updates and 5 caps"):
-        resumed.load_state_dict({**state, "set_aside_records": 5}, distribution.history)
+        resumed.load_state_dict({**state, "cap_records": 5}, distribution.history)
+
+
+def test_a_format_3_checkpoint_with_its_caps_under_set_aside_resumes_and_is_written_back_as_format_4():
+    distribution = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
+    distribution.cap("a", 0.2, 2, "damaged")
+    distribution.cap("a", 0.1, 4, "more damaged")
+    state = distribution.state_dict()
+    assert state["format"] == 4 and state["caps"] == {"a": 0.1} and state["cap_records"] == 2
+    legacy = {key: value for key, value in state.items() if key not in ("caps", "cap_records")}
+    legacy.update({"format": 3, "set_aside": {"a": 0.1}, "set_aside_records": 2})
+    resumed = CorpusDistribution(["a", "b", "c"], [0.5, 0.3, 0.2])
+    resumed.load_state_dict(legacy, distribution.history)
+    assert resumed.caps == {"a": 0.1} and resumed.cap_records == 2 and resumed.state_dict() == state
+    with pytest.raises(ValueError, match="2 history records for 0 updates and 1 caps"):  # one record per cap
+        resumed.load_state_dict({k: v for k, v in legacy.items() if k != "set_aside_records"}, distribution.history)
+    with pytest.raises(ValueError, match="format 2 .*older uat_hf"):
+        resumed.load_state_dict({**state, "format": 2}, distribution.history)
 
 
 def _set_aside_run(learned, tokenizer, output, resume=None, action="set_aside", share=0.01):
@@ -443,15 +460,15 @@ def test_a_misaligned_corpus_is_set_aside_whatever_the_strategy_proposes_and_res
                                                                                            tmp_path):
     full, history = _set_aside_run(learned, tokenizer, tmp_path / "full")
     # checks at steps 2, 4, 6 and 7; suspect at 2 and 4: set aside at 4, after that step's MultiUAT update
-    aside = [r for r in history if "set_aside" in r]
-    assert [r["step"] for r in aside] == [4] and list(aside[0]["set_aside"]) == ["bible"]
-    assert "misaligned" in aside[0]["set_aside"]["bible"]["reason"]
-    updates = [r["probabilities"]["bible"] for r in history if "set_aside" not in r]
+    aside = [r for r in history if "cap" in r]
+    assert [r["step"] for r in aside] == [4] and list(aside[0]["cap"]) == ["bible"]
+    assert "misaligned" in aside[0]["cap"]["bible"]["reason"]
+    updates = [r["probabilities"]["bible"] for r in history if "cap" not in r]
     assert [r["step"] for r in history] == [1, 2, 3, 4, 4, 5, 6, 7]
     assert min(updates[:4]) > 0.1  # MultiUAT gives the misaligned corpus plenty of p on its own...
     assert max(updates[4:]) <= 0.01 + 1e-12 and aside[0]["probabilities"]["bible"] <= 0.01 + 1e-12  # ...not after
     health = next(c for c in full.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
-    assert health.summary()["set_aside"] == {"bible": 0.01}
+    assert health.summary()["caps"] == {"bible": 0.01}
     assert health.summary()["warnings"][0].endswith("Corpus 'bible' was set aside from step 4: it kept at most 0.01 "
                                                     "of p from then on (corpus_health_action=set_aside).")
     assert any(e.get("balance/p_bible") == aside[0]["probabilities"]["bible"] for e in full.state.log_history)
@@ -472,23 +489,23 @@ def test_a_misaligned_corpus_is_down_weighted_from_the_first_confident_check_by_
         learned, tokenizer, tmp_path):
     full, history = _set_aside_run(learned, tokenizer, tmp_path / "full", action="down_weight", share=0.001)
     health = next(c for c in full.callback_handler.callbacks if isinstance(c, CorpusHealthCallback))
-    caps = [r for r in history if "set_aside" in r]
+    caps = [r for r in history if "cap" in r]
     # checks at steps 2, 4, 6 and 7: capped at the first (set_aside waits for two in a row: step 4)
-    assert caps[0]["step"] == 2 and list(caps[0]["set_aside"]) == ["bible"]
+    assert caps[0]["step"] == 2 and list(caps[0]["cap"]) == ["bible"]
     checks = {e["step"]: e for e in full.state.log_history if "health/bible_z" in e}
     margin = suspect_z(4, 3, in_a_row=False)
     assert checks[2]["health/bible_z"] <= -margin and all(
         checks[2][f"health/{n}_z"] > -margin for n in health.names if n != "bible")
     proposed = next(r for r in reversed(history[:history.index(caps[0])]) if r["step"] == 2)["probabilities"]["bible"]
     expected = checks[2]["health/bible_source_use"] * proposed  # the ratio times the strategy's p (over 0.001)
-    assert caps[0]["set_aside"]["bible"]["share"] == pytest.approx(expected, rel=0.01) and expected > 0.001
+    assert caps[0]["cap"]["bible"]["share"] == pytest.approx(expected, rel=0.01) and expected > 0.001
     assert caps[0]["probabilities"]["bible"] == pytest.approx(expected, rel=0.01) and expected < 0.5 * proposed
     cap = None
     for record in history:  # the cap holds whatever MultiUAT proposes, until the next check moves it
-        cap = record.get("set_aside", {}).get("bible", {}).get("share", cap)
+        cap = record.get("cap", {}).get("bible", {}).get("share", cap)
         assert cap is None or record["probabilities"]["bible"] <= cap + 1e-12, record
     assert [r["step"] for r in caps] == sorted({r["step"] for r in caps})  # at most one change per check
-    assert "bible" in health.summary()["set_aside"] and "down_weight" in health.summary()["warnings"][0]
+    assert "bible" in health.summary()["caps"] and "down_weight" in health.summary()["warnings"][0]
     for checkpoint in ("checkpoint-3", "checkpoint-6"):  # the first cap before both
         partial = tmp_path / checkpoint
         shutil.copytree(tmp_path / "full" / checkpoint, partial / checkpoint)
@@ -514,22 +531,22 @@ def test_the_down_weight_follows_the_evidence_and_keeps_its_cap_while_a_corpus_c
     from types import SimpleNamespace
 
     distribution = CorpusDistribution(["a", "b"], [0.6, 0.4])
-    balancing = SimpleNamespace(distribution=distribution, set_aside=distribution.set_aside)
+    balancing = SimpleNamespace(distribution=distribution, cap=distribution.cap)
     health = CorpusHealthCallback({"a": None, "b": None}, {"a": None, "b": None}, collate_fn=None, checks=3,
                                   action="down_weight", share=0.01, balancing=balancing)
     health._down_weight(_health(2, 0.3))  # z about -19: capped at 0.3 of its p
-    assert distribution.set_aside_shares == {"a": pytest.approx(0.18)}
+    assert distribution.caps == {"a": pytest.approx(0.18)}
     health._down_weight(_health(4, 0.0))  # all broken: the least share
-    assert distribution.set_aside_shares == {"a": 0.01}
+    assert distribution.caps == {"a": 0.01}
     health._down_weight(_health(6, 0.0, dev_use=0.02))  # dev z below 3: no evidence either way, the cap stays
-    assert distribution.set_aside_shares == {"a": 0.01}
+    assert distribution.caps == {"a": 0.01}
     health._down_weight(_health(8, 0.9))  # z about -2.8, above the margin of one check (3.1): lifted
-    assert distribution.set_aside_shares == {} and distribution.p.tolist() == [0.6, 0.4]
+    assert distribution.caps == {} and distribution.p.tolist() == [0.6, 0.4]
     health._down_weight(_health(10, 0.85))  # z about -4.2, but a ratio a sound corpus's train/dev gap can give
-    assert distribution.set_aside_shares == {}
+    assert distribution.caps == {}
     health._down_weight(_health(12, 0.75))  # z about -7 and a quarter of its source use lost: capped
-    assert distribution.set_aside_shares == {"a": pytest.approx(0.45)}
-    assert [r["set_aside"]["a"]["share"] for r in distribution.history] == [0.18, 0.01, None, 0.45]
+    assert distribution.caps == {"a": pytest.approx(0.45)}
+    assert [r["cap"]["a"]["share"] for r in distribution.history] == [0.18, 0.01, None, 0.45]
     assert "down_weight" in health.warned["a"]
 
 

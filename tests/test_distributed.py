@@ -59,6 +59,24 @@ def test_a_causal_lm_on_two_ranks_gets_identical_rewards_and_p(tmp_path):
 
 
 @pytest.mark.distributed
+def test_two_ranks_whose_health_checks_disagree_follow_the_main_process_caps(tmp_path):
+    """corpus_health_action=down_weight: rank 0's checks find bible damaged at steps 2 and 4 (ratios 0.3, 0.2) and
+    sound at 6, rank 1's the reverse (sound, sound, 0.5); both ranks cap, move and lift as rank 0 says."""
+    launch_two_ranks(HERE / "distributed" / "health_run.py", tmp_path)
+    ranks = rank_traces(tmp_path)
+    assert [r["step"] for r in ranks[0]] == [1, 2, 3, 4, 5, 6] == [r["step"] for r in ranks[1]]
+    for a, b in zip(*ranks):
+        assert a["p"] == b["p"] and a["caps"] == b["caps"] and a["sampler"] == b["sampler"]
+    history = json_lines(tmp_path / "run" / "balancing_history.jsonl")
+    caps = [(r["step"], r["cap"]["bible"]["share"]) for r in history if "cap" in r]
+    proportional = history[0]["probabilities"]["bible"]
+    assert [step for step, _ in caps] == [2, 4, 6] and caps[2][1] is None
+    assert [share for _, share in caps[:2]] == pytest.approx([0.3 * proportional, 0.2 * proportional], rel=1e-5)
+    assert [r["caps"] for r in ranks[1]] == [{}, {"bible": caps[0][1]}, {"bible": caps[0][1]},
+                                             {"bible": caps[1][1]}, {"bible": caps[1][1]}, {}]
+
+
+@pytest.mark.distributed
 def test_logged_loss_is_the_mean_loss_with_one_or_two_processes(tmp_path):
     """Transformers' encoder-decoders take **kwargs but ignore num_items_in_batch; the Trainer then multiplied
     their loss by the processes (16.1 instead of 8.05) and by the accumulation steps. Two processes with one batch

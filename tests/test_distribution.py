@@ -85,7 +85,7 @@ def test_every_record_has_the_same_top_level_fields_and_the_strategy_s_own_under
 
 def test_an_old_state_format_is_refused_with_what_to_do():
     state = build_distribution("multiuat", SIZES, lr=1e-2, steps=20).state_dict()
-    with pytest.raises(ValueError, match=r"format 2 \(expected 3\); it was written by an older uat_hf"):
+    with pytest.raises(ValueError, match=r"format 2 \(this uat_hf reads formats 3 and 4\); it was written by an"):
         build_distribution("multiuat", SIZES, lr=1e-2, steps=20).load_state_dict({**state, "format": 2})
 
 

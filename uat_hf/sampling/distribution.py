@@ -10,10 +10,10 @@ under its name). Static strategies keep p at the prior and record it once, at th
 
 The sampler reads :attr:`CorpusDistribution.probabilities`, the mix it draws with: p, unless the strategy
 asks for another mix for a while (mixing-law's probe windows), which it derives from p and its own state,
-so there is no second copy of p to keep in step. A corpus *set aside* (:meth:`CorpusDistribution.set_aside`: the
-corpus-health guard found its training pairs broken) keeps at most a small share of p from then on, whatever the
-strategy proposes, and of every mix derived from p; the rest is spread over the other corpora in the ratio the
-strategy gave them. A checkpoint saves the whole in one piece; the history is
+so there is no second copy of p to keep in step. A corpus *capped* (:meth:`CorpusDistribution.cap`: the
+corpus-health checks found its training pairs broken) keeps at most its cap of p, whatever the strategy proposes,
+and of every mix derived from p, until the cap is moved or lifted; the rest is spread over the other corpora in the
+ratio the strategy gave them. A checkpoint saves the whole in one piece; the history is
 the one exception: its records stay in memory and in ``balancing_history.jsonl`` only
 (:class:`~uat_hf.utils.checkpoints.HistoryFile`), never in a checkpoint, which records how many there are;
 loading takes them back and checks they agree (their number, and the last record's p).
@@ -40,9 +40,11 @@ logger = logging.getLogger(__name__)
 
 # 2: the history is no longer inside the state; 3: p is the strategy's p (not a probe mix), the strategy's state
 # is under "strategy_state", and "update_count" counts the records (a static strategy's step-0 one included) but
-# those of corpora set aside ("set_aside", optional: absent in a checkpoint that set none aside; "set_aside_records",
-# optional: the records of caps set, changed and lifted, where they are not one per corpus set aside)
-_STATE_FORMAT = 3
+# those of caps (under "set_aside", and "set_aside_records"); 4: they are "caps" (optional: absent in a checkpoint
+# with none) and "cap_records" (the records of caps set, changed and lifted; optional: absent where they are one per
+# cap), and the history records of caps "cap". A format-3 state is read as format 4.
+_STATE_FORMAT = 4
+_READ_FORMATS = (3, 4)
 #: An update that moves p by more than this share of p's distance to uniform (and at least LARGE_UPDATE_MIN, in total
 #: variation) is said once per run: the 0.9975/0.0025 prior of a 2M and a 5K corpus sent to 0.5/0.5 by one step.
 LARGE_UPDATE_SHARE, LARGE_UPDATE_MIN = 0.5, 0.05
@@ -69,7 +71,7 @@ class CorpusDistribution:
             raise ValueError(f"The strategy is for corpora {list(proposer.names)}, the distribution for {self.names}.")
         self.proposer = proposer
         self._p = self._prior.copy()
-        self._proposed = self._prior.copy()  # p as the strategy last set it, before any corpus set aside
+        self._proposed = self._prior.copy()  # p as the strategy last set it, before the caps
         #: Records of the history: one per balancing update (skipped ones included; the seed of each update's dev
         #: batches), or a static strategy's one record of its p at the start.
         self.update_count = 0
@@ -79,10 +81,10 @@ class CorpusDistribution:
         self.history: list[dict[str, Any]] = []
         self._warned_large = False
         self._pending_seconds = 0.0
-        #: Corpora set aside (:meth:`set_aside`): name -> the share of p they keep at most.
-        self.set_aside_shares: dict[str, float] = {}
-        #: History records of caps set, changed or lifted (:meth:`set_aside`); they are no balancing update.
-        self.set_aside_records = 0
+        #: Corpora capped (:meth:`cap`): name -> the share of p they keep at most.
+        self.caps: dict[str, float] = {}
+        #: History records of caps set, changed or lifted (:meth:`cap`); they are no balancing update.
+        self.cap_records = 0
 
     # ------------------------------------------------------------------ reading
     @property
@@ -191,7 +193,7 @@ class CorpusDistribution:
         if accepted:
             validate_probabilities(proposal.p, self.names)
             self._proposed = np.array(proposal.p, dtype=np.float64)
-            self._p = self._capped(self._proposed)  # as proposed, bit for bit, unless a corpus is set aside
+            self._p = self._capped(self._proposed)  # as proposed, bit for bit, unless a corpus is capped
             self._say_if_large(p_before, step)
         elif proposal.skipped:
             logger.warning("Skipping the balancing update at step %s: %s. p stays %s.", step, proposal.skipped,
@@ -199,51 +201,51 @@ class CorpusDistribution:
         self._mix_changed(before, accepted)
         return self._record(step, proposal.fields, proposal.skipped)
 
-    def set_aside(self, name: str, share: float | None, step: int, reason: str) -> dict[str, Any] | None:
+    def cap(self, name: str, share: float | None, step: int, reason: str) -> dict[str, Any] | None:
         """From ``step`` on, corpus ``name`` keeps at most ``share`` of p (and of every mix derived from it); its
-        excess goes to the other corpora in proportion to their p. A corpus already set aside gets the new share;
-        ``share=None`` lifts its cap (the corpus-health checks' continuous down-weight moves and lifts caps as the
-        evidence changes). Returns the history record of the change, or ``None`` when nothing changes: the share is
-        the one it has, a cap to lift is not there, or (with a warning) ``name`` is the last corpus not set aside, as
-        a run needs something to train on. ``reason`` is recorded with it (the corpus-health verdict)."""
+        excess goes to the other corpora in proportion to their p. A corpus already capped gets the new share;
+        ``share=None`` lifts its cap (the corpus-health checks set a corpus aside at a fixed share, or move and
+        lift its cap as the evidence changes). Returns the history record of the change, or ``None`` when nothing
+        changes: the share is the one it has, a cap to lift is not there, or (with a warning) ``name`` is the last
+        corpus not capped, as a run needs something to train on. ``reason`` is recorded with it (the corpus-health
+        verdict)."""
         if name not in self.names:
-            raise ValueError(f"Cannot set aside {name!r}: it is not a training corpus (corpora: {self.names}).")
+            raise ValueError(f"Cannot cap {name!r}: it is not a training corpus (corpora: {self.names}).")
         if share is not None and not 0.0 <= share < 1.0:
-            raise ValueError(f"The share a corpus set aside keeps must be in [0, 1), got {share!r}.")
-        if self.set_aside_shares.get(name) == share or (share is None and name not in self.set_aside_shares):
+            raise ValueError(f"The share a capped corpus keeps must be in [0, 1), got {share!r}.")
+        if self.caps.get(name) == share or (share is None and name not in self.caps):
             return None
-        if share is not None and name not in self.set_aside_shares and \
-                len(self.set_aside_shares) + 1 >= len(self.names):
-            logger.warning("Not setting aside corpus %r at step %s: every other corpus is set aside already, and "
-                           "training needs at least one corpus. Check the training data.", name, step)
+        if share is not None and name not in self.caps and len(self.caps) + 1 >= len(self.names):
+            logger.warning("Not capping corpus %r at step %s: every other corpus is capped already, and training "
+                           "needs at least one corpus. Check the training data.", name, step)
             return None
         if share is None:
-            del self.set_aside_shares[name]
+            del self.caps[name]
         else:
-            self.set_aside_shares[name] = float(share)
+            self.caps[name] = float(share)
         self._p = self._capped(self._proposed)
         self.version += 1
-        self.set_aside_records += 1
-        return self._record(step, {}, None, set_aside={name: {"share": None if share is None else float(share),
-                                                              "reason": str(reason)}})
+        self.cap_records += 1
+        return self._record(step, {}, None, cap={name: {"share": None if share is None else float(share),
+                                                        "reason": str(reason)}})
 
     @property
     def proposed(self) -> np.ndarray:
-        """p as the strategy last set it, before any corpus was set aside (a float64 copy)."""
+        """p as the strategy last set it, before the caps (a float64 copy)."""
         return self._proposed.copy()
 
     def _capped(self, p: np.ndarray, shares: Mapping[str, float] | None = None) -> np.ndarray:
-        """``p`` with every corpus set aside (``shares``, default this run's) at most at its share, and the others
+        """``p`` with every capped corpus (``shares``, default this run's caps) at most at its share, and the others
         scaled up to fill the rest."""
-        shares = self.set_aside_shares if shares is None else shares
+        shares = self.caps if shares is None else shares
         if not shares:
             return p
-        aside = np.array([n in shares for n in self.names])
+        held = np.array([n in shares for n in self.names])
         caps = np.array([shares.get(n, 1.0) for n in self.names])
-        capped = np.where(aside, np.minimum(p, caps), p)
-        free = capped[~aside].sum()
-        rest = 1.0 - capped[aside].sum()
-        capped[~aside] = capped[~aside] * (rest / free) if free > 0 else rest / (~aside).sum()
+        capped = np.where(held, np.minimum(p, caps), p)
+        free = capped[~held].sum()
+        rest = 1.0 - capped[held].sum()
+        capped[~held] = capped[~held] * (rest / free) if free > 0 else rest / (~held).sum()
         return capped
 
     def record_start(self) -> dict[str, Any]:
@@ -274,20 +276,20 @@ class CorpusDistribution:
             self.version += 1
 
     def _record(self, step: int, fields: Mapping[str, Any], skipped: str | None, *,
-                set_aside: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The one place a history record is built: the same top-level fields for every strategy (and
-        ``set_aside``, in the record of a corpus set aside)."""
+                cap: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The one place a history record is built: the same top-level fields for every strategy (and ``cap``, in
+        the record of a cap set, changed or lifted)."""
         record: dict[str, Any] = {"step": int(step), "strategy": self.strategy}
         if not self.history:
             record["prior"] = dict(zip(self.names, self._prior.tolist()))  # where p stood at step 0, for the plots
         record["probabilities"] = self.as_dict()
         if skipped:
             record["skipped"] = skipped
-        if set_aside:
-            record["set_aside"] = dict(set_aside)
+        if cap:
+            record["cap"] = dict(cap)
         record["seconds"], self._pending_seconds = self._pending_seconds, 0.0
         record[self.strategy] = dict(fields)
-        if not set_aside:  # a set-aside is no update: the seeds of the dev batches and dropout stay in step
+        if not cap:  # a cap is no update: the seeds of the dev batches and dropout stay in step
             self.update_count += 1
         self.history.append(record)
         return record
@@ -305,28 +307,30 @@ class CorpusDistribution:
             "probabilities": self._p.tolist(),
             "update_count": self.update_count,
             "version": self.version,
-            **({"set_aside": dict(self.set_aside_shares), "proposed": self._proposed.tolist()}
-               if self.set_aside_shares else {}),
-            **({"set_aside_records": self.set_aside_records}
-               if self.set_aside_records != len(self.set_aside_shares) else {}),
+            **({"caps": dict(self.caps), "proposed": self._proposed.tolist()}
+               if self.caps else {}),
+            **({"cap_records": self.cap_records}
+               if self.cap_records != len(self.caps) else {}),
             "strategy_state": self.proposer.state_dict() if self.proposer is not None else None,
         }
 
     @staticmethod
     def records_in(state: Mapping[str, Any]) -> int:
         """How many history records a :meth:`state_dict` has seen: its updates and its caps set, changed or lifted
-        (one per corpus set aside where no cap ever moved)."""
-        return int(state["update_count"]) + int(state.get("set_aside_records", len(state.get("set_aside", {}))))
+        (one per cap where no cap ever moved)."""
+        records = state.get("cap_records", state.get("set_aside_records", len(_caps_in(state))))  # format 3's name
+        return int(state["update_count"]) + int(records)
 
     def check_state(self, state: Mapping[str, Any]) -> None:
         """Refuse (``ValueError``) a :meth:`state_dict` that is not this run's, changing nothing: its format,
         strategy, corpora, p and prior."""
-        if state.get("format") != _STATE_FORMAT:
+        if state.get("format") not in _READ_FORMATS:
             raise ValueError(
-                f"Unsupported corpus distribution state format {state.get('format')!r} (expected {_STATE_FORMAT}); "
+                f"Unsupported corpus distribution state format {state.get('format')!r} (this uat_hf reads formats "
+                f"{' and '.join(map(str, _READ_FORMATS))}); "
                 + ("it was written by an older uat_hf (before strategies plugged in through their registry): resume "
                    "it with the uat_hf that wrote it, or start a new run."
-                   if isinstance(state.get("format"), int) and state["format"] < _STATE_FORMAT
+                   if isinstance(state.get("format"), int) and state["format"] < min(_READ_FORMATS)
                    else "upgrade uat_hf to resume from it.")
             )
         if state["strategy"] != self.strategy:
@@ -359,27 +363,32 @@ class CorpusDistribution:
         probabilities = np.asarray(state["probabilities"], dtype=np.float64)  # as saved, bit for bit
         prior = np.asarray(state["prior"], dtype=np.float64)
         update_count, version = int(state["update_count"]), int(state["version"])
-        set_aside = {str(n): float(v) for n, v in state.get("set_aside", {}).items()}
+        caps = _caps_in(state)
         proposed = np.asarray(state.get("proposed", probabilities), dtype=np.float64)
-        if not np.array_equal(self._capped(proposed, set_aside), probabilities):
+        if not np.array_equal(self._capped(proposed, caps), probabilities):
             raise ValueError(f"Inconsistent corpus distribution state: p = {probabilities.tolist()} is not the "
-                             f"strategy's p {proposed.tolist()} with {set_aside} set aside; the checkpoint is "
-                             "corrupt.")
-        if self.proposer is not None:  # it checks its state against its own p, before any corpus was set aside
+                             f"strategy's p {proposed.tolist()} with the caps {caps}; the checkpoint is corrupt.")
+        if self.proposer is not None:  # it checks its state against its own p, before the caps
             self.proposer.load_state_dict(state["strategy_state"], proposed, version > 0)
         if len(history) != self.records_in(state):
             raise ValueError(f"Inconsistent corpus distribution state: {len(history)} history records for "
-                             f"{update_count} updates and {self.records_in(state) - update_count} caps set aside.")
+                             f"{update_count} updates and {self.records_in(state) - update_count} caps set, "
+                             "changed or lifted.")
         last = history[-1].get("probabilities") if history else None
         if last is not None and last != dict(zip(self.names, probabilities.tolist())):
             raise ValueError(f"The last history record (step {history[-1].get('step')}) has p = {last}, the "
                              f"checkpoint p = {probabilities.tolist()}: the history is another run's.")
         self._prior, self._p = prior, probabilities
         self.update_count, self.version = update_count, version
-        self._proposed, self.set_aside_shares = proposed, set_aside
-        self.set_aside_records = self.records_in(state) - update_count
+        self._proposed, self.caps = proposed, caps
+        self.cap_records = self.records_in(state) - update_count
         self.history = [dict(record) for record in history]
 
     def __repr__(self) -> str:
         p = ", ".join(f"{n}={v:.4f}" for n, v in zip(self.names, self._p))
         return f"CorpusDistribution({self.strategy}: {p}; updates={self.update_count})"
+
+
+def _caps_in(state: Mapping[str, Any]) -> dict[str, float]:
+    """The caps of a :meth:`CorpusDistribution.state_dict` (format 3 kept them under ``set_aside``)."""
+    return {str(n): float(v) for n, v in state.get("caps", state.get("set_aside", {})).items()}

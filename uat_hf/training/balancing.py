@@ -148,7 +148,8 @@ def attach_balancing(
             sampled, dev_corpora, measuring_collator(trainer), held_out=held_out,
             checks=config.corpus_health_checks, tokens=config.corpus_health_tokens, seed=seed,
             language_code_ids=language_code_ids(trainer.processing_class),
-            balancing=callback, action=config.corpus_health_action, share=config.corpus_health_share,
+            balancing=None if config.corpus_health_action == "warn" else callback,
+            action=config.corpus_health_action, share=config.corpus_health_share,
             accelerator=trainer.accelerator))
     return callback
 

@@ -264,11 +264,11 @@ class CorpusBalancingCallback(TrainerCallback):
         self._pending_logs.update({f"balance/{key}": value for key, value in own.items()})
         self._pending_logs["balance/seconds"] = record["seconds"]
 
-    def set_aside(self, name: str, share: float, step: int, reason: str) -> dict | None:
-        """Set corpus ``name`` aside at ``share`` from ``step`` on
-        (:meth:`~uat_hf.sampling.distribution.CorpusDistribution.set_aside`): its record joins the history file and
-        the new p the next log entry. Called with the same arguments on every rank."""
-        record = self.distribution.set_aside(name, share, step, reason)
+    def cap(self, name: str, share: float | None, step: int, reason: str) -> dict | None:
+        """Cap corpus ``name`` at ``share`` of p from ``step`` on, or lift its cap (``None``;
+        :meth:`~uat_hf.sampling.distribution.CorpusDistribution.cap`): its record joins the history file and the new
+        p the next log entry. Called with the same arguments on every rank."""
+        record = self.distribution.cap(name, share, step, reason)
         if record is not None:
             if self._history is not None:
                 self._history.append(record)

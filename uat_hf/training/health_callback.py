@@ -12,7 +12,7 @@ set_aside`` it is also set aside: it keeps at most ``corpus_health_share`` of p 
 ``down_weight`` it is capped from the first check that finds it damaged with confidence (one check's margin, the
 same 1 % per run), at its share of the strategy's p times the measured ratio of source uses, and the cap follows
 every later check, lifted when one no longer finds the damage. Either holds whatever the strategy
-(:meth:`~uat_hf.training.callback.CorpusBalancingCallback.set_aside`). The strategies' own measurements cannot do
+(:meth:`~uat_hf.training.callback.CorpusBalancingCallback.cap`). The strategies' own measurements cannot do
 this: a corpus of misaligned pairs still lowers its dev loss (its targets teach the domain's
 words) and stays the one the model is most uncertain about, so MultiUAT and mixing-law keep or raise its share. The
 checks join the Trainer's log entries as ``health/<corpus>_source_use``, ``_z`` and ``_dev_z`` (so
@@ -65,8 +65,9 @@ class CorpusHealthCallback(TrainerCallback):
         if action not in HEALTH_ACTIONS:
             raise ValueError(f"A CorpusHealthCallback's action must be one of {', '.join(HEALTH_ACTIONS)}, got "
                              f"{action!r}.")
-        if action != "warn" and balancing is None:
-            raise ValueError(f"action={action!r} caps p through the balancing callback: give balancing=.")
+        if (action != "warn") != (balancing is not None):
+            raise ValueError(f"action={action!r} caps p through the balancing callback: give balancing= for "
+                             "set_aside and down_weight, and none for warn.")
         #: Caps broken corpora's shares through it (``action``; ``share``: the set-aside share, the least a
         #: down-weighted corpus keeps).
         self.balancing, self.action, self.share, self.accelerator = balancing, action, float(share), accelerator
@@ -134,7 +135,7 @@ class CorpusHealthCallback(TrainerCallback):
             self._down_weight(health)
         elif self.action == "set_aside":
             for name in self._agreed(confirmed):
-                if self.balancing.set_aside(name, self.share, step, health.describe(name)) is not None:
+                if self.balancing.cap(name, self.share, step, health.describe(name)) is not None:
                     note = (f"Corpus {name!r} was set aside from step {step}: it kept at most {self.share:g} of p "
                             "from then on (corpus_health_action=set_aside).")
                     self.warned[name] = f"{self.warned.get(name, health.describe(name))} {note}"
@@ -186,7 +187,7 @@ class CorpusHealthCallback(TrainerCallback):
             lifted = cap is None
             reason = (f"lifted at step {health.step}: its training pairs' source use is no longer {margin:.1f} "
                       "standard errors below its dev pairs'" if lifted else health.describe(name))
-            if self.balancing.set_aside(name, cap, health.step, reason) is None:
+            if self.balancing.cap(name, cap, health.step, reason) is None:
                 continue
             note = (f"Corpus {name!r}'s cap is lifted at step {health.step} (corpus_health_action=down_weight): "
                     "the check no longer finds its training pairs broken." if lifted else
@@ -206,9 +207,9 @@ class CorpusHealthCallback(TrainerCallback):
         return broadcast_object_list([value], from_process=0)[0]
 
     def summary(self) -> dict:
-        """The last check, the warnings of the run, the corpora set aside and a note naming the corpora the last
+        """The last check, the warnings of the run, the caps in force and a note naming the corpora the last
         check could not judge, for ``eval_results.json`` and the model card."""
-        aside = self.balancing.distribution.set_aside_shares if self.action != "warn" else {}
+        caps = self.balancing.distribution.caps if self.balancing is not None else {}
         unmeasured = self.last.not_measurable() if self.last else []
         note = (f"Corpus health not measurable yet for {', '.join(repr(n) for n in unmeasured)} at step "
                 f"{self.last.step}: the model does not clearly use the sources of their dev pairs yet (dev z < "
@@ -218,4 +219,4 @@ class CorpusHealthCallback(TrainerCallback):
         parts = {n: len(self._parts[n]) for n in self.names if n in self._parts}
         return {**(self.last.as_dict() if self.last else {}), "held_out_pairs": held, "fresh_samples": parts,
                 "warnings": list(self.warned.values()),
-                **({"set_aside": dict(aside)} if aside else {}), **({"note": note} if note else {})}
+                **({"caps": dict(caps)} if caps else {}), **({"note": note} if note else {})}
