@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import shutil
@@ -210,19 +211,24 @@ def test_a_check_reads_the_second_half_only_of_the_corpora_its_first_half_cannot
     assert health.last.suspects() == ["bible"]
 
 
-@pytest.mark.parametrize("action", ["warn", "down_weight"])
-def test_healthy_corpora_get_no_warning_and_no_cap(learned, tokenizer, tmp_path, caplog, action):
+def test_healthy_corpora_get_no_warning_and_no_cap_and_the_down_weight_then_trains_as_warn_does(learned, tokenizer,
+                                                                                                tmp_path, caplog):
     model, pairs = learned
-    args = UATConfig(output_dir=str(tmp_path / "out"), max_steps=4, max_tokens=400, learning_rate=1e-6,
-                     report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
-                     corpus_health_checks=4, corpus_health_action=action)
-    trainer = UATTrainer(model, args, train_corpora=pairs, dev_corpora=pairs, processing_class=tokenizer)
-    with caplog.at_level(logging.WARNING, logger="uat_hf.training.health_callback"):
-        trainer.train()
-    assert caplog.records == [] and trainer.corpus_distribution.caps == {}
-    assert not any("cap" in r for r in trainer.corpus_distribution.history)
-    checked = [e["step"] for e in trainer.state.log_history if "health/bible_source_use" in e]
-    assert checked == [1, 2, 3, 4]  # silence after the checks ran, not for want of a check
+    runs = {}
+    for action in ("warn", "down_weight"):
+        args = UATConfig(output_dir=str(tmp_path / action), max_steps=4, max_tokens=400, learning_rate=1e-6,
+                         report_to=[], save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True,
+                         corpus_health_checks=4, corpus_health_action=action)
+        trainer = _RecordingTrainer(copy.deepcopy(model), args, train_corpora=pairs, dev_corpora=pairs,
+                                    processing_class=tokenizer)
+        with caplog.at_level(logging.WARNING, logger="uat_hf.training.health_callback"):
+            trainer.train()
+        assert caplog.records == [] and trainer.corpus_distribution.caps == {}, action
+        assert not any("cap" in r for r in trainer.corpus_distribution.history)
+        checked = [e["step"] for e in trainer.state.log_history if "health/bible_source_use" in e]
+        assert checked == [1, 2, 3, 4]  # silence after the checks ran, not for want of a check
+        runs[action] = trainer.trained_batches, [e.get("loss") for e in trainer.state.log_history]
+    assert runs["down_weight"] == runs["warn"]  # nothing capped: the same batches and losses, bit for bit
 
 
 def test_held_out_pairs_are_a_seeded_split_capped_by_share_and_sample_and_spared_only_by_large_corpora(corpora):
