@@ -42,7 +42,8 @@ def test_sound_corpora_pass_every_signal(bundled):
     assert report.suspects == [], report.table()
     for audit in report.corpora.values():
         assert audit.clean_share == 1.0 and audit.verdict == "ok"
-        assert set(audit.signals) == {"copy", "language", "length", "short", "repeat", "lexical", "fluency", "order"}
+        assert set(audit.signals) == {"copy", "language", "script", "length", "short", "repeat", "lexical", "fluency",
+                                      "order"}
 
 
 def test_untranslated_copies_are_seen_and_count_for_almost_nothing(bundled):
@@ -64,6 +65,27 @@ def test_a_target_side_in_the_wrong_language_is_seen(bundled):
     report = _audit({**train, "bible": (sources, english)}, dev)
     assert "language" in report.corpora["bible"].flagged, report.table()
     assert report.suspects == ["bible"]
+
+
+def test_mojibake_is_seen_by_the_characters_its_dev_set_never_uses_and_only_its_broken_pairs_are_marked(bundled):
+    """UTF-8 read as Latin-1 (``ü`` → ``Ã¼``), a web crawl's common accident: the words and their order stay, so
+    neither the language nor the lexical signal sees it; a pair of plain ASCII is not changed by it at all."""
+    train, dev = bundled
+    sources, targets = train["software"]
+    garbled = [target.encode("utf-8").decode("latin-1") for target in targets]
+    report = audit_corpora({**train, "software": (sources, garbled)}, dev, {name: LANGS for name in train},
+                           sample=1200, seed=1, failing=True)
+    audit = report.corpora["software"]
+    assert report.suspects == ["software"] and audit.flagged == ["script"], report.table()
+    changed = np.array([g != t for g, t in zip(garbled, targets)])
+    assert audit.clean_share == pytest.approx(1 - changed.mean(), abs=0.06)  # the unchanged pairs are sound
+    assert (audit.failing == changed).mean() > 0.97  # drop leaves out the garbled pairs, nearly only those
+
+
+def test_unseen_characters_leave_each_dev_text_out_of_the_inventory_it_is_checked_against():
+    train, dev = signals.unseen_characters(["abc", "abz", "a b", "Ã¼"], ["ab", "bc", "ca", "cd", "d!"])
+    assert train.tolist() == [False, True, False, True]  # z, Ã and ¼ are in no dev text; spaces never count
+    assert dev.tolist() == [False, False, False, False, True]  # "!" is in no other dev text
 
 
 def test_fragments_shorter_than_the_dev_sets_sentences_are_seen_and_marked(bundled):
@@ -427,7 +449,7 @@ def test_drop_keeps_a_language_pairs_only_corpus_whole_when_none_of_its_pairs_is
     final_mix = json.loads((tmp_path / "out" / "final_mix.json").read_text())
     assert sorted(final_mix["corpora"]) == ["de", "fr"]
     assert report["fr"]["action"] == "kept whole: the only fr→en training corpus"
-    assert "| fr | 400 | 4 | suspect: copy, language (kept whole: the only fr→en training corpus) |" in (
+    assert "| fr | 400 | 4 | suspect: copy, language, script (kept whole: the only fr→en training corpus) |" in (
         tmp_path / "out" / "README.md").read_text()
 
 def test_the_default_action_drops_where_a_run_can_and_reweights_where_it_cannot():

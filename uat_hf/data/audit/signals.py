@@ -1,7 +1,8 @@
 """Per-pair signals of a broken parallel corpus, the ones the MT field checks before training.
 
 Each signal says, for every pair, whether it fails a check that a sound translation pair passes (OpusFilter's
-families: language ID, copies, duplicates, length ratio, length, word alignment, n-gram LM cross-entropy). None of
+families: language ID, character script, copies, duplicates, length ratio, length, word alignment, n-gram LM
+cross-entropy). None of
 them is a verdict on its own: a dictionary has short pairs, software strings copy names and placeholders. The audit
 (:mod:`.corpus_audit`) compares each corpus's failing share with its own trusted dev set's, so that only what
 sets the training pairs apart from the dev pairs counts.
@@ -107,6 +108,17 @@ def wrong_language(texts: Sequence[str], language: str) -> np.ndarray:
         if sum(c.isalpha() for c in text) >= MIN_LANGUAGE_LETTERS:
             out[k] = identifier.classify(text)[0] != code
     return out
+
+
+def unseen_characters(texts: Sequence[str], reference: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Each text using a character that no reference text uses (another script, mojibake such as ``Ã¼`` for
+    ``ü``, control or replacement characters; spaces aside), and each reference text using one that no *other*
+    reference text uses. Leaving a reference text out of the inventory it is checked against gives it at least the
+    chance of failing that a new text drawn like the references has, so a sound corpus fails no more often than
+    its dev set (OpusFilter's character-script check, its alphabet read off the trusted set)."""
+    counts = Counter(c for text in reference for c in set(text) if not c.isspace())
+    return (np.array([any(c not in counts for c in set(text) if not c.isspace()) for text in texts], dtype=bool),
+            np.array([any(counts[c] == 1 for c in set(text) if not c.isspace()) for text in reference], dtype=bool))
 
 
 def characters(texts: Sequence[str]) -> np.ndarray:
