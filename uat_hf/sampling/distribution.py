@@ -40,9 +40,9 @@ logger = logging.getLogger(__name__)
 
 # 2: the history is no longer inside the state; 3: p is the strategy's p (not a probe mix), the strategy's state
 # is under "strategy_state", and "update_count" counts the records (a static strategy's step-0 one included) but
-# those of caps (under "set_aside", and "set_aside_records"); 4: they are "caps" (optional: absent in a checkpoint
-# with none) and "cap_records" (the records of caps set, changed and lifted; optional: absent where they are one per
-# cap), and the history records of caps "cap". A format-3 state is read as format 4.
+# those of caps (under "set_aside", and "set_aside_records" where they are not one per cap); 4: the caps are "caps"
+# (optional: absent in a checkpoint with none), the records of caps set, changed and lifted "cap_records", and the
+# history records of caps "cap". A format-3 state is read as format 4.
 _STATE_FORMAT = 4
 _READ_FORMATS = (3, 4)
 #: An update that moves p by more than this share of p's distance to uniform (and at least LARGE_UPDATE_MIN, in total
@@ -309,16 +309,15 @@ class CorpusDistribution:
             "version": self.version,
             **({"caps": dict(self.caps), "proposed": self._proposed.tolist()}
                if self.caps else {}),
-            **({"cap_records": self.cap_records}
-               if self.cap_records != len(self.caps) else {}),
+            "cap_records": self.cap_records,
             "strategy_state": self.proposer.state_dict() if self.proposer is not None else None,
         }
 
     @staticmethod
     def records_in(state: Mapping[str, Any]) -> int:
         """How many history records a :meth:`state_dict` has seen: its updates and its caps set, changed or lifted
-        (one per cap where no cap ever moved)."""
-        records = state.get("cap_records", state.get("set_aside_records", len(_caps_in(state))))  # format 3's name
+        (format 3 named them ``set_aside_records``, and left them out where they were one per cap)."""
+        records = state.get("cap_records", state.get("set_aside_records", len(_caps_in(state))))
         return int(state["update_count"]) + int(records)
 
     def check_state(self, state: Mapping[str, Any]) -> None:
