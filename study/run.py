@@ -75,7 +75,16 @@ def run_command(command: list[str], log: Path) -> int:
         out.write(f"$ {shlex.join(command)}\n")
         out.flush()
         return subprocess.run([tool(command[0]), *command[1:]], stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, **ONE_THREAD}).returncode
+                              env=checkout_env()).returncode
+
+
+def checkout_env() -> dict[str, str]:
+    """The commands' environment: one thread, and this checkout first on the import path. An editable install maps
+    ``uat_hf`` to the checkout it was made from; a study run from another one (a worktree that keeps the code under
+    study fixed while the first changes) would otherwise train that checkout's code, not the one beside its
+    recipes."""
+    path = os.pathsep.join(entry for entry in (str(ROOT), os.environ.get("PYTHONPATH", "")) if entry)
+    return {**os.environ, **ONE_THREAD, "PYTHONPATH": path}
 
 
 def machine(device: str) -> dict:

@@ -25,6 +25,8 @@ from uat_hf.evaluation.corpus_health import (
     suspect_z,
 )
 from uat_hf.sampling.distribution import CorpusDistribution
+from uat_hf.sampling.sampler import CorpusBatchSampler
+from uat_hf.training.callback import CorpusBalancingCallback
 from uat_hf.training.health_callback import CorpusHealthCallback
 from uat_hf.training.uat_config import UATConfig
 from uat_hf.training.uat_trainer import UATTrainer
@@ -534,10 +536,8 @@ def _health(step, train_use, dev_use=1.0):
 
 
 def test_the_down_weight_follows_the_evidence_and_keeps_its_cap_while_a_corpus_cannot_be_measured():
-    from types import SimpleNamespace
-
     distribution = CorpusDistribution(["a", "b"], [0.6, 0.4])
-    balancing = SimpleNamespace(distribution=distribution, cap=distribution.cap)
+    balancing = CorpusBalancingCallback(CorpusBatchSampler({"a": [4] * 8, "b": [4] * 8}, distribution, batch_size=2))
     health = CorpusHealthCallback({"a": None, "b": None}, {"a": None, "b": None}, collate_fn=None, checks=3,
                                   action="down_weight", share=0.01, balancing=balancing)
     health._down_weight(_health(2, 0.3))  # z about -19: capped at 0.3 of its p
@@ -553,6 +553,7 @@ def test_the_down_weight_follows_the_evidence_and_keeps_its_cap_while_a_corpus_c
     health._down_weight(_health(12, 0.75))  # z about -7 and a quarter of its source use lost: capped
     assert distribution.caps == {"a": pytest.approx(0.45)}
     assert [r["cap"]["a"]["share"] for r in distribution.history] == [0.18, 0.01, None, 0.45]
+    assert balancing.caps == health.summary()["caps"] == {"a": pytest.approx(0.45)}
     assert "down_weight" in health.warned["a"]
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from conftest import load_study
+from conftest import REPOSITORY, load_study
 from uat_hf.cli import train as cli
 from uat_hf.cli.arguments import DataArguments
 from uat_hf.cli.train_data import keep_fraction
@@ -223,6 +226,18 @@ def test_driver_resumes_from_a_checkpoint_and_only_scores_a_trained_run(tmp_path
     assert str(study.run_dir(trained)) not in trained_now and str(study.run_dir(interrupted)) in trained_now
     assert not checkpoint.exists()  # deleted once training is done
     assert study.finished(trained)
+
+
+def test_driver_commands_import_the_uat_hf_of_the_checkout_beside_it_before_any_other(tmp_path, monkeypatch):
+    """An editable install (or a PYTHONPATH) can point ``uat_hf`` at another checkout; a study run must still train
+    the code beside its recipes."""
+    (tmp_path / "other" / "uat_hf").mkdir(parents=True)
+    (tmp_path / "other" / "uat_hf" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "other"))
+    found = subprocess.run([sys.executable, "-c", "import uat_hf; print(uat_hf.__file__)"], cwd=tmp_path,
+                           env=study_driver.checkout_env(), capture_output=True, text=True, check=True)
+    assert Path(found.stdout.strip()).resolve() == REPOSITORY / "uat_hf" / "__init__.py"
+    assert study_driver.checkout_env()["OMP_NUM_THREADS"] == "1"
 
 
 def test_driver_on_cuda_overrides_the_recipes_cpu_setting_in_both_tools(tmp_path):

@@ -154,6 +154,16 @@ class CorpusBalancingCallback(TrainerCallback):
     def update_count(self) -> int:
         return self.distribution.update_count
 
+    @property
+    def caps(self) -> dict[str, float]:
+        """The shares of p the health actions cap corpora at, by name (the distribution owns them)."""
+        return dict(self.distribution.caps)
+
+    @property
+    def proposed(self) -> dict[str, float]:
+        """The strategy's own p before the caps, by name: what a cap is a share of."""
+        return dict(zip(self.distribution.names, self.distribution.proposed.tolist()))
+
     # ------------------------------------------------------------------ Trainer events
     def on_train_begin(self, args, state, control, **kwargs):
         # UATConfig refuses update_every >= max_steps; a run by epochs learns its max_steps only here.

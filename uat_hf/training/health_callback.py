@@ -176,7 +176,7 @@ class CorpusHealthCallback(TrainerCallback):
         steps a late verdict costs; the ratio, instead of a fixed share, keeps the sound part of a partly broken
         corpus."""
         margin = suspect_z(len(self.names), self.checks, in_a_row=False)
-        proposed = dict(zip(self.balancing.distribution.names, self.balancing.distribution.proposed))
+        proposed = self.balancing.proposed
         caps: dict[str, float | None] = {}
         for name, ratio, z, dev_z in zip(self.names, health.share, health.z, health.dev_z):
             if dev_z >= MIN_DEV_Z:
@@ -209,7 +209,7 @@ class CorpusHealthCallback(TrainerCallback):
     def summary(self) -> dict:
         """The last check, the warnings of the run, the caps in force and a note naming the corpora the last
         check could not judge, for ``eval_results.json`` and the model card."""
-        caps = self.balancing.distribution.caps if self.balancing is not None else {}
+        caps = self.balancing.caps if self.balancing is not None else {}
         unmeasured = self.last.not_measurable() if self.last else []
         note = (f"Corpus health not measurable yet for {', '.join(repr(n) for n in unmeasured)} at step "
                 f"{self.last.step}: the model does not clearly use the sources of their dev pairs yet (dev z < "
