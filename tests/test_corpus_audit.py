@@ -42,8 +42,8 @@ def test_sound_corpora_pass_every_signal(bundled):
     assert report.suspects == [], report.table()
     for audit in report.corpora.values():
         assert audit.clean_share == 1.0 and audit.verdict == "ok"
-        assert set(audit.signals) == {"copy", "language", "script", "length", "short", "repeat", "lexical", "fluency",
-                                      "order"}
+        assert set(audit.signals) == {"copy", "language", "script", "swap", "length", "short", "repeat", "lexical",
+                                      "fluency", "order"}
 
 
 def test_untranslated_copies_are_seen_and_count_for_almost_nothing(bundled):
@@ -86,6 +86,39 @@ def test_unseen_characters_leave_each_dev_text_out_of_the_inventory_it_is_checke
     train, dev = signals.unseen_characters(["abc", "abz", "a b", "Ã¼"], ["ab", "bc", "ca", "cd", "d!"])
     assert train.tolist() == [False, True, False, True]  # z, Ã and ¼ are in no dev text; spaces never count
     assert dev.tolist() == [False, False, False, False, True]  # "!" is in no other dev text
+
+
+def test_short_strings_read_the_wrong_way_round_are_seen_where_language_identification_gives_no_verdict(bundled):
+    """Software's short strings (under 20 letters a side, where py3langid gives no verdict: 30 % of its pairs) with
+    source and target swapped, the rest sound: the dev sides' character trigrams tell English from German on any
+    length, and drop marks most swapped strings (not those, such as names, that read alike in both languages)
+    and no sound pair."""
+    train, dev = bundled
+    sources, targets = train["software"]
+    swapped = np.array([max(sum(c.isalpha() for c in text) for text in pair) < signals.MIN_LANGUAGE_LETTERS
+                        for pair in zip(sources, targets)])
+    pairs = [(t, s) if flip else (s, t) for s, t, flip in zip(sources, targets, swapped)]
+    report = audit_corpora({**train, "software": ([s for s, _ in pairs], [t for _, t in pairs])}, dev,
+                           {name: LANGS for name in train}, sample=1200, seed=1, failing=True)
+    audit = report.corpora["software"]
+    assert report.suspects == ["software"] and audit.flagged == ["swap"], report.table()
+    assert audit.clean_share == pytest.approx(1 - swapped.mean(), abs=0.08)
+    assert audit.failing[swapped].mean() > 0.75 and not audit.failing[~swapped].any()
+
+
+def test_swapped_sides_never_fails_a_copy_and_scores_each_dev_pair_by_the_other_dev_pairs(bundled):
+    dev_sources, dev_targets = bundled[1]["software"]
+    train, on_dev = signals.swapped_sides(["Datei öffnen", "Open file", "Firefox", "Save"],
+                                          ["Open file", "Datei öffnen", "Firefox", "Speichern"],
+                                          dev_sources, dev_targets)
+    assert train.tolist() == [True, False, False, False] and not on_dev.any()
+    # the dev pair is judged exactly as a new pair by the dev set without it
+    flipped = (list(dev_targets[:40]) + list(dev_sources[40:]), list(dev_sources[:40]) + list(dev_targets[40:]))
+    on_dev = signals.swapped_sides([], [], *flipped)[1]
+    assert on_dev.tolist() == [signals.swapped_sides([s], [t], [*flipped[0][:k], *flipped[0][k + 1:]],
+                                                     [*flipped[1][:k], *flipped[1][k + 1:]])[0][0]
+                               for k, (s, t) in enumerate(zip(*flipped))]
+    assert on_dev[:40].mean() > 0.9 and on_dev[40:].mean() < 0.02
 
 
 def test_fragments_shorter_than_the_dev_sets_sentences_are_seen_and_marked(bundled):

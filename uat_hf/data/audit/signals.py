@@ -121,6 +121,47 @@ def unseen_characters(texts: Sequence[str], reference: Sequence[str]) -> tuple[n
             np.array([any(counts[c] == 1 for c in set(text) if not c.isspace()) for text in reference], dtype=bool))
 
 
+def swapped_sides(sources: Sequence[str], targets: Sequence[str], dev_sources: Sequence[str],
+                  dev_targets: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair whose source reads more like the dev targets than the dev sources *and* whose target reads more
+    like the dev sources than the dev targets, and each dev pair likewise, scored leave-one-out: a corpus with its
+    two sides swapped. Language identification misses that on short strings (under :data:`MIN_LANGUAGE_LETTERS`
+    letters) and on languages it does not know; a character trigram model of each dev side knows both languages
+    of this corpus, on any text length. A copy cannot fail: one text cannot read like both sides at once."""
+    side_counts = [Counter(g for text in side for g in _trigrams(text)) for side in (dev_sources, dev_targets)]
+    totals = [sum(counts.values()) for counts in side_counts]
+    vocabulary = len(side_counts[0].keys() | side_counts[1].keys()) + 1
+    # log P(text | dev targets) − log P(text | dev sources), add-one smoothed, is a sum over the text's trigrams
+    # of these differences (0 for a trigram neither side has) plus a constant per trigram.
+    gram_gain = {g: math.log((side_counts[1][g] + 1) / (side_counts[0][g] + 1))
+                 for g in side_counts[0].keys() | side_counts[1].keys()}
+    per_gram = math.log((totals[0] + vocabulary) / (totals[1] + vocabulary))
+
+    def leaning(text: str) -> float:
+        grams = _trigrams(text)
+        return sum(gram_gain.get(g, 0.0) for g in grams) + len(grams) * per_gram
+
+    def left_out(source: str, target: str) -> tuple[float, float]:
+        """:func:`leaning` of a dev pair's two sides by the models of the other dev pairs: the pair's trigrams
+        taken out of the counts and, where no other pair has them, out of the vocabulary."""
+        own = Counter(_trigrams(source)), Counter(_trigrams(target))
+        counts = [{g: side_counts[k][g] - own[k][g] for g in own[0].keys() | own[1].keys()} for k in (0, 1)]
+        unseen = sum(counts[0][g] == counts[1][g] == 0 for g in counts[0])
+        per = math.log((totals[0] - own[0].total() + vocabulary - unseen)
+                       / (totals[1] - own[1].total() + vocabulary - unseen))
+        return tuple(sum(m * math.log((counts[1][g] + 1) / (counts[0][g] + 1)) for g, m in grams.items())
+                     + grams.total() * per for grams in own)
+
+    dev_leanings = [left_out(s, t) for s, t in zip(dev_sources, dev_targets)]
+    return (np.array([leaning(s) > 0 > leaning(t) for s, t in zip(sources, targets)], dtype=bool),
+            np.array([s > 0 > t for s, t in dev_leanings], dtype=bool))
+
+
+def _trigrams(text: str) -> list[str]:
+    padded = f" {' '.join(text.lower().split())} "
+    return [padded[k:k + 3] for k in range(len(padded) - 2)]
+
+
 def characters(texts: Sequence[str]) -> np.ndarray:
     """Each text's characters, without the spaces around it."""
     return np.array([len(text.strip()) for text in texts], dtype=np.int64)
