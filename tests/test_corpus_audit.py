@@ -42,8 +42,8 @@ def test_sound_corpora_pass_every_signal(bundled):
     assert report.suspects == [], report.table()
     for audit in report.corpora.values():
         assert audit.clean_share == 1.0 and audit.verdict == "ok"
-        assert set(audit.signals) == {"copy", "language", "script", "swap", "length", "short", "repeat", "lexical",
-                                      "fluency", "order"}
+        assert set(audit.signals) == {"copy", "language", "script", "swap", "case", "length", "short", "repeat",
+                                      "lexical", "fluency", "order"}
 
 
 def test_untranslated_copies_are_seen_and_count_for_almost_nothing(bundled):
@@ -119,6 +119,28 @@ def test_swapped_sides_never_fails_a_copy_and_scores_each_dev_pair_by_the_other_
                                                      [*flipped[1][:k], *flipped[1][k + 1:]])[0][0]
                                for k, (s, t) in enumerate(zip(*flipped))]
     assert on_dev[:40].mean() > 0.9 and on_dev[40:].mean() < 0.02
+
+
+def test_targets_written_all_in_capitals_are_seen_though_the_models_read_lower_case_and_only_they_are_marked(bundled):
+    """A third of software's targets upper-cased, as a crawl or a converter leaves them: the words, their order and
+    their script stay, and the lexical and fluency models read lower case."""
+    train, dev = bundled
+    sources, targets = train["software"]
+    upper = np.random.default_rng(7).random(len(targets)) < 0.3
+    report = audit_corpora({**train, "software": (sources, [t.upper() if u else t for t, u in zip(targets, upper)])},
+                           dev, {name: LANGS for name in train}, sample=1200, seed=1, failing=True)
+    audit = report.corpora["software"]
+    assert report.suspects == ["software"] and audit.flagged == ["case"], report.table()
+    changed = upper & signals.shouting(sources, [t.upper() for t in targets])  # a target of digits stays as it is
+    assert audit.clean_share == pytest.approx(1 - changed.mean(), abs=0.05)
+    assert (audit.failing == changed).all()
+
+
+def test_shouting_needs_one_side_all_in_capitals_and_the_other_in_lower_case():
+    sources = ["Open the file", "URL", "Save as PDF", "OK", "保存する", "HTTP MODULES"]
+    targets = ["DATEI ÖFFNEN", "URL", "Als PDF speichern", "OK", "SPEICHERN", "HTTP-MODULE"]
+    assert signals.shouting(sources, targets).tolist() == [True, False, False, False, False, False]
+    assert signals.shouting(targets, sources).tolist() == [True, False, False, False, False, False]
 
 
 def test_fragments_shorter_than_the_dev_sets_sentences_are_seen_and_marked(bundled):

@@ -29,6 +29,8 @@ _NON_WORD = re.compile(r"\W+", re.UNICODE)
 _ASCII_NON_WORD = bytes(code for code in range(128) if not (chr(code).isalnum() or chr(code) == "_"))
 #: Text shorter than this many letters gets no language verdict: identifiers are unreliable on a word or two.
 MIN_LANGUAGE_LETTERS = 20
+#: A side needs this many upper-case letters to count as written all in capitals (:func:`shouting`).
+MIN_CASED_LETTERS = 4
 #: Jaccard overlap of the two sides' word sets at or above which a target counts as a (near-)copy of its source.
 COPY_OVERLAP = 0.8
 _FLOOR = 1e-7
@@ -160,6 +162,22 @@ def swapped_sides(sources: Sequence[str], targets: Sequence[str], dev_sources: S
 def _trigrams(text: str) -> list[str]:
     padded = f" {' '.join(text.lower().split())} "
     return [padded[k:k + 3] for k in range(len(padded) - 2)]
+
+
+def shouting(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+    """A pair one side of which is written all in capitals (at least :data:`MIN_CASED_LETTERS` cased letters)
+    while the other has lower-case letters: a side upper-cased by a crawl or a converter, which a model learns to
+    write. The lexical and fluency models read lower case and cannot see it; a pair of acronyms (``URL``) has
+    both sides in capitals and passes."""
+    def cased(text: str) -> tuple[int, int]:
+        return sum(c.isupper() for c in text), sum(c.islower() for c in text)
+
+    out = np.zeros(len(sources), dtype=bool)
+    for k, pair in enumerate(zip(sources, targets)):
+        (upper_s, lower_s), (upper_t, lower_t) = cased(pair[0]), cased(pair[1])
+        out[k] = ((upper_t >= MIN_CASED_LETTERS and not lower_t and lower_s)
+                  or (upper_s >= MIN_CASED_LETTERS and not lower_s and lower_t))
+    return out
 
 
 def characters(texts: Sequence[str]) -> np.ndarray:
