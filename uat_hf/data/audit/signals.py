@@ -169,15 +169,11 @@ def shouting(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
     while the other has lower-case letters: a side upper-cased by a crawl or a converter, which a model learns to
     write. The lexical and fluency models read lower case and cannot see it; a pair of acronyms (``URL``) has
     both sides in capitals and passes."""
-    def cased(text: str) -> tuple[int, int]:
-        return sum(c.isupper() for c in text), sum(c.islower() for c in text)
+    def capitals(text: str) -> bool:
+        return text.isupper() and sum(c.isupper() for c in text) >= MIN_CASED_LETTERS
 
-    out = np.zeros(len(sources), dtype=bool)
-    for k, pair in enumerate(zip(sources, targets)):
-        (upper_s, lower_s), (upper_t, lower_t) = cased(pair[0]), cased(pair[1])
-        out[k] = ((upper_t >= MIN_CASED_LETTERS and not lower_t and lower_s)
-                  or (upper_s >= MIN_CASED_LETTERS and not lower_s and lower_t))
-    return out
+    return np.array([(capitals(target) and source != source.upper()) or (capitals(source) and target != target.upper())
+                     for source, target in zip(sources, targets)], dtype=bool)
 
 
 def characters(texts: Sequence[str]) -> np.ndarray:
