@@ -165,7 +165,7 @@ def _trigrams(text: str) -> list[str]:
 
 
 def shouting(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
-    """A pair one side of which is written all in capitals (at least :data:`MIN_CASED_LETTERS` cased letters)
+    """A pair one side of which is written all in capitals (at least :data:`MIN_CASED_LETTERS` of them, no lower case)
     while the other has lower-case letters: a side upper-cased by a crawl or a converter, which a model learns to
     write. The lexical and fluency models read lower case and cannot see it; a pair of acronyms (``URL``) has
     both sides in capitals and passes."""
