@@ -165,12 +165,13 @@ def _trigrams(text: str) -> list[str]:
 
 
 def shouting(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
-    """A pair one side of which is written all in capitals (at least :data:`MIN_CASED_LETTERS` of them, no lower case)
-    while the other has lower-case letters: a side upper-cased by a crawl or a converter, which a model learns to
-    write. The lexical and fluency models read lower case and cannot see it; a pair of acronyms (``URL``) has
-    both sides in capitals and passes."""
-    def capitals(text: str) -> bool:
-        return text.isupper() and sum(c.isupper() for c in text) >= MIN_CASED_LETTERS
+    """A pair one side of which is written all in capitals (every letter upper case, at least
+    :data:`MIN_CASED_LETTERS` of them) while the other has lower-case letters: a side upper-cased by a crawl or a
+    converter, which a model learns to write. The lexical and fluency models read lower case and cannot see it; a
+    pair of acronyms (``URL``) has both sides in capitals and passes."""
+    def capitals(text: str) -> bool:  # every letter upper case: Hangul around an acronym (``HTML 문서``) is not
+        return (text.isupper() and sum(c.isupper() for c in text) >= MIN_CASED_LETTERS
+                and all(c.isupper() for c in text if c.isalpha()))
 
     return np.array([(capitals(target) and source != source.upper()) or (capitals(source) and target != target.upper())
                      for source, target in zip(sources, targets)], dtype=bool)
