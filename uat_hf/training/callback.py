@@ -168,10 +168,9 @@ class CorpusBalancingCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         # UATConfig refuses update_every >= max_steps; a run by epochs learns its max_steps only here.
         if self.reward is not None and args.max_steps <= 0 < state.max_steps <= self.update_every:
-            raise ValueError(
-                f"update_every={self.update_every} >= max_steps={state.max_steps} (the steps this run trains): "
-                f"strategy {self.strategy!r} would never re-balance. Lower update_every or train longer."
-            )
+            raise ValueError(f"update_every={self.update_every} >= max_steps={state.max_steps} (the steps this "
+                             f"run trains): strategy {self.strategy!r} would never re-balance. Lower update_every or "
+                             "train longer.")
         # Every rank draws the same batch sequence, and one optimizer step consumes this many of it: how the sampler
         # maps a batch to the step it is for (planned mixes: mixing-law's probe windows free of the prefetch lag).
         self.sampler.batches_per_step = int(args.gradient_accumulation_steps) * self._shard()[1]
@@ -182,24 +181,21 @@ class CorpusBalancingCallback(TrainerCallback):
             return
         if state.global_step > 0:
             if not self.allow_inexact_resume:
-                raise ValueError(
-                    f"Cannot resume exactly at step {state.global_step}: {path} is missing, so the corpus sampler "
-                    "would restart its epoch and the corpus distribution its prior. Resume from a complete "
-                    "checkpoint, or set allow_inexact_resume=True to continue anyway."
-                )
+                raise ValueError(f"Cannot resume exactly at step {state.global_step}: {path} is missing, so the "
+                                 "corpus sampler would restart its epoch and the corpus distribution its prior. "
+                                 "Resume from a complete checkpoint, or set allow_inexact_resume=True to continue "
+                                 "anyway.")
             logger.warning(
                 "Resuming at step %d without %s (allow_inexact_resume): the corpus sampler restarts its epoch and the "
                 "corpus distribution its prior, so the run will not continue the exact same sequence.",
-                state.global_step, path,
-            )
+                state.global_step, path)
         self._history = HistoryFile(os.path.join(args.output_dir, HISTORY_FILE), writes=args.should_save)
         self._history.restore(0)  # a new run into an old output_dir, or a restart at the prior: only its own records
         if not self.distribution.is_dynamic:
             self._finish(self.distribution.record_start())  # a static p leaves its trace too, at step 0
 
     def on_epoch_begin(self, args, state, control, **kwargs):
-        # The Trainer cannot always reach a sampler wrapped by accelerate (e.g. after skip_first_batches on
-        # several processes), so the epoch is set here, from the Trainer's own count.
+        # A sampler accelerate wrapped (skip_first_batches on several ranks) is out of the Trainer's reach: set here.
         self.sampler.set_epoch(math.floor(state.epoch or 0), first_step=state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -238,11 +234,8 @@ class CorpusBalancingCallback(TrainerCallback):
     def update(self, model: torch.nn.Module, step: int) -> dict | None:
         """Measure every corpus and hand the measurement to the distribution, whose strategy proposes p; returns
         the update's record, or ``None`` while the strategy's update is still in progress (mixing-law's probe
-        windows switch the sampler's mix, and only the last one moves p).
-
-        The record is appended to ``balancing_history.jsonl`` (during training), and its numbers go out with the
-        Trainer's next log entry.
-        """
+        windows switch the sampler's mix, and only the last one moves p). The record is appended to
+        ``balancing_history.jsonl`` (during training), and its numbers go out with the Trainer's next log entry."""
         start = time.perf_counter()
         values, extras = self._measure(model)
         measure = getattr(self.reward, "measure", None)
