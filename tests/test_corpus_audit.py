@@ -42,8 +42,8 @@ def test_sound_corpora_pass_every_signal(bundled):
     assert report.suspects == [], report.table()
     for audit in report.corpora.values():
         assert audit.clean_share == 1.0 and audit.verdict == "ok"
-        assert set(audit.signals) == {"copy", "language", "script", "swap", "case", "length", "short", "repeat",
-                                      "lexical", "fluency", "order"}
+        assert set(audit.signals) == {"copy", "language", "script", "swap", "case", "markup", "length", "short",
+                                      "repeat", "lexical", "fluency", "order"}
 
 
 def test_untranslated_copies_are_seen_and_count_for_almost_nothing(bundled):
@@ -141,6 +141,32 @@ def test_shouting_needs_one_side_all_in_capitals_and_the_other_in_lower_case():
     targets = ["DATEI ÖFFNEN", "URL", "Als PDF speichern", "OK", "SPEICHERN", "HTTP-MODULE", "HTML document"]
     assert signals.shouting(sources, targets).tolist() == [True] + [False] * 6  # Hangul is not upper case
     assert signals.shouting(targets, sources).tolist() == [True] + [False] * 6
+
+
+def test_targets_left_in_the_pages_markup_are_seen_and_only_they_are_marked(bundled):
+    """A third of software's targets still wrapped in the HTML they were crawled from: their words and their order
+    stay, and software's own placeholders (``<prefix>``, translated as ``<Präfix>``) must not count."""
+    train, dev = bundled
+    sources, targets = train["software"]
+    wrapped = np.random.default_rng(5).random(len(targets)) < 0.3
+    report = audit_corpora(
+        {**train, "software": (sources, [f'<p class="msg">{t}</p>' if w else t for t, w in zip(targets, wrapped)])},
+        dev, {name: LANGS for name in train}, sample=1200, seed=1, failing=True)
+    audit = report.corpora["software"]
+    assert report.suspects == ["software"] and audit.flagged == ["markup"], report.table()
+    assert audit.clean_share == pytest.approx(1 - wrapped.mean(), abs=0.05)
+    sound_mismatch = signals.markup_mismatch(sources, targets)  # software's own, as often as on its dev set
+    assert sound_mismatch.mean() < 0.02
+    assert (audit.failing == (wrapped | sound_mismatch)).all()
+
+
+def test_markup_mismatch_counts_tags_and_reads_entities():
+    sources = ["Open <b>file</b>", "use <sfx> instead", "x <y and y> z", "Tom &amp; Jerry", "Tom &amp; Jerry",
+               "Save", "Ä"]
+    targets = ["<b>Datei</b> öffnen", "<Dateiendung> statt", "x <y und y> z", "Tom &amp; Jerry", "Tom & Jerry",
+               '<p class="t">Speichern</p>', "&#196;"]
+    assert signals.markup_mismatch(sources, targets).tolist() == [False] * 4 + [True] * 3
+    assert signals.markup_mismatch(targets, sources).tolist() == [False] * 4 + [True] * 3
 
 
 def test_fragments_shorter_than_the_dev_sets_sentences_are_seen_and_marked(bundled):

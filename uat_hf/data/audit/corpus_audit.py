@@ -30,6 +30,7 @@ SIGNALS = {
     "script": "a side uses a character its dev pairs' side never does (another script, mojibake)",
     "swap": "its source reads like the dev targets and its target like the dev sources (character trigrams)",
     "case": "one side written all in capitals, the other not",
+    "markup": "its sides carry different markup (tag counts, character entities)",
     "length": "length ratio outside the dev pairs' range",
     "short": "a side shorter than 95 % of the dev pairs' (characters): a fragment",
     "repeat": "normalised pair seen earlier in the corpus",
@@ -242,7 +243,7 @@ def audit_corpora(train: Mapping[str, Pairs | datasets.Dataset], dev: Mapping[st
 
 
 #: The signals that are rules on a pair and its dev set (no model fitted on the sample) ...
-RULE_SIGNALS = ("copy", "language", "script", "swap", "case", "length", "short")
+RULE_SIGNALS = ("copy", "language", "script", "swap", "case", "markup", "length", "short")
 #: ... and those of the models fitted on half the sample (what ``drop`` marks on them: below :data:`DEV_QUANTILE`).
 MODEL_SIGNALS = ("lexical", "fluency", "order")
 
@@ -298,6 +299,8 @@ def _rule_fails(sources, targets, dev_sources, dev_targets, languages: tuple[str
         out["swap"] = signals.swapped_sides(sources, targets, dev_sources, dev_targets)
     if "case" in wanted:
         out["case"] = (signals.shouting(sources, targets), signals.shouting(dev_sources, dev_targets))
+    if "markup" in wanted:
+        out["markup"] = (signals.markup_mismatch(sources, targets), signals.markup_mismatch(dev_sources, dev_targets))
     if "length" in wanted:
         dev_ratio = signals.length_log_ratios(dev_sources, dev_targets)
         centre = float(np.median(dev_ratio))

@@ -26,7 +26,7 @@ __all__ = ["load_report", "report_name", "save_report"]
 #: Raised whenever a signal, threshold or estimate of the audit changes, so that a cached report of an older audit
 #: is never read (2: the order signal; 3: the marks of the pairs the models were fitted on, cross-fitted; 4: the
 #: short signal; 5: the script signal; 6: the swap signal; 7: the case signal).
-AUDIT_VERSION = 7
+AUDIT_VERSION = 8
 
 
 def report_name(seed: int, sample: int, failing: bool) -> str:

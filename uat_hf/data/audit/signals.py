@@ -31,6 +31,10 @@ _ASCII_NON_WORD = bytes(code for code in range(128) if not (chr(code).isalnum() 
 MIN_LANGUAGE_LETTERS = 20
 #: A side needs this many upper-case letters to count as written all in capitals (:func:`shouting`).
 MIN_CASED_LETTERS = 4
+#: An HTML/XML tag (``<p class="x">``, ``</b>``, ``<br/>``, a placeholder such as ``<prefix>``) and a character
+#: entity (``&amp;``, ``&#228;``): the markup a crawl or an export leaves in a side (:func:`markup_mismatch`).
+_TAG = re.compile(r"</?[^\W\d_][\w:.-]*(?:\s[^<>]*)?/?>")
+_ENTITY = re.compile(r"&(?:#\d+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]{1,7});")
 #: Jaccard overlap of the two sides' word sets at or above which a target counts as a (near-)copy of its source.
 COPY_OVERLAP = 0.8
 _FLOOR = 1e-7
@@ -175,6 +179,17 @@ def shouting(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
 
     return np.array([(capitals(target) and source != source.upper()) or (capitals(source) and target != target.upper())
                      for source, target in zip(sources, targets)], dtype=bool)
+
+
+def markup_mismatch(sources: Sequence[str], targets: Sequence[str]) -> np.ndarray:
+    """A pair whose sides carry different markup: another number of tags, or other character entities. A target
+    wrapped in the page's tags, or escaped (``&amp;``) where its source is not, teaches a model to write markup
+    that no input asks for, and keeps the words and their order that every other signal reads. Tags are counted,
+    not named, since a translator translates a placeholder's name (``<prefix>``, ``<Präfix>``)."""
+    def markup(text: str) -> tuple[int, list[str]]:  # the regular expressions only where a side could match
+        return (len(_TAG.findall(text)) if "<" in text else 0, sorted(_ENTITY.findall(text)) if "&" in text else [])
+
+    return np.array([markup(source) != markup(target) for source, target in zip(sources, targets)], dtype=bool)
 
 
 def characters(texts: Sequence[str]) -> np.ndarray:
