@@ -362,6 +362,19 @@ def unpack_hypotheses(archived: Path, folder: Path) -> Path:
     return folder
 
 
+def build_missing_corpora(study: Study, runs: list[Run], *, dry_run: bool = False) -> None:
+    """Build the known-answer corpora that the recipes of ``runs`` read and that are missing."""
+    missing = study.missing_corpora(runs)
+    for folder in missing:
+        say(f"{folder}: not built yet; {'would build' if dry_run else 'building'} it with "
+            "python study/known_answer_data.py")
+    if missing and not dry_run:
+        from known_answer_data import build
+
+        for folder in missing:
+            build(folder.parent, setups=(folder.name,))
+
+
 def select(cells: list[str], *, setups=None, regimes=None, strategies=None, only=None, seeds=None) -> list[Run]:
     """The runs of the cells that match every filter given, for every seed of ``seeds`` (``None``: each cell's
     own, :func:`grid.default_seeds`)."""
@@ -407,15 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             raise SystemExit("--device cuda, but torch sees no CUDA device here: run on a GPU machine with a CUDA "
                              "build of torch, or leave --device out to train on the CPU.")
-    missing = study.missing_corpora(selected)
-    for folder in missing:
-        say(f"{folder}: not built yet; {'would build' if args.dry_run else 'building'} it with "
-            "python study/known_answer_data.py")
-    if missing and not args.dry_run:
-        from known_answer_data import build
-
-        for folder in missing:
-            build(folder.parent, setups=(folder.name,))
+    build_missing_corpora(study, selected, dry_run=args.dry_run)
     if args.redo or args.rescore:
         study.forget(selected, training=args.redo)
     errors = study.run_all(selected, dry_run=args.dry_run)

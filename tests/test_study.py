@@ -376,6 +376,37 @@ def test_driver_and_report_on_real_three_step_runs(tmp_path):
         paired_runs.compare(tmp_path / "archive" / "tiny-A-multiuat-entsent",
                             tmp_path / "archive" / "tiny-A-proportional", seed=1)
 
+    # reproduce.py trains an archived run again and finds it identical, step by step; a changed step it names
+    reproduce, run = load_study("reproduce"), study_driver.Run("tiny-A-multiuat-entsent", 1)
+    again = study_driver.Study(study.recipes, tmp_path / "again", tmp_path / "no-archive")
+    again.train(run)
+    found = reproduce.compare(packed, again.run_dir(run))
+    assert found["differences"] == [] and found["steps"] == 4 and found["mean_bleu"][0] == found["mean_bleu"][1]
+    state = json.loads((packed / "trainer_state.json").read_text())
+    state["log_history"][1]["loss"] += 1e-6
+    (packed / "trainer_state.json").write_text(json.dumps(state))
+    history = [json.loads(line) for line in (packed / "balancing_history.jsonl").read_text().splitlines()]
+    history[-1]["probabilities"]["bible"] += 1e-9
+    (packed / "balancing_history.jsonl").write_text("".join(json.dumps(update) + "\n" for update in history))
+    differences = reproduce.compare(packed, again.run_dir(run))["differences"]
+    assert differences == ["log history: first differs at step 2 in loss",
+                           f"balancing history: first differs at step {history[-1]['step']} in probabilities"]
+
+
+def test_reproduce_compares_the_audits_decisions_and_lists_the_signals_added_since():
+    reproduce = load_study("reproduce")
+    rate = {"train": 0.5, "dev": 0.0, "z": 20.0, "flagged": True}
+    archived = {"corpora": {"software": {"signals": {"copy": rate}, "clean_share": 0.5, "failing_pairs": 10,
+                                         "verdict": "suspect: copy"}}}
+    rerun = {"corpora": {"software": {"signals": {"copy": rate, "markup": {**rate, "flagged": False}},
+                                      "clean_share": 0.5, "kept_clean_share": 1.0, "failing_pairs": 10,
+                                      "verdict": "suspect: copy"}}}
+    assert reproduce._audit_differences(archived, rerun) == ([], ["markup"])  # kept_clean_share: not recorded then
+    rerun["corpora"]["software"].update(failing_pairs=12, signals={"copy": {**rate, "flagged": False}})
+    assert reproduce._audit_differences(archived, rerun)[0] == [
+        "audit software flagged: ['copy'] -> []", "audit software failing_pairs: 10 -> 12",
+        f"audit software copy: {rate} -> {dict(rate, flagged=False)}"]
+
 
 def test_study_recipes_are_current_and_parse():
     from pathlib import Path
