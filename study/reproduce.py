@@ -6,11 +6,13 @@
 The archive holds no weights, so the only way to trust a number of it after the code has moved on is to train the
 run again. A rerun is trained as ``run.py`` trains (today's recipe of ``study/recipes``, the archived seed, one
 thread) into ``<runs>/<cell>/seed<N>/``, a folder already holding a finished training is compared as it is, and
-nothing is written to the archive. Compared with the archived run folder: every logged training step (loss, grad
-norm, learning rate, the mix p), every update of ``balancing_history.jsonl``, what the audit decided per corpus
-(verdict, clean share, pairs marked for ``drop``) and uat-train's test metrics. Times are left out. On the CPU
-with one thread a rerun is expected to be identical; on a GPU it is not (CUDA kernels do not fix their summation
-order). Signals the audit gained after a run was archived are listed, not counted as a difference.
+nothing is written to the archive. Compared with the archived run folder: every logged training step (what the
+archived run logged: loss, grad norm, learning rate, the mix p), every update of ``balancing_history.jsonl``, what
+the audit decided per corpus (signals flagged, clean share, pairs marked for ``drop``) and uat-train's test metrics.
+Times are left out. On the CPU with one thread and the same frameworks a rerun is expected to be identical; on a
+GPU it is not (CUDA kernels do not fix their summation order). Signals the audit gained after a run was archived
+are listed, not counted as a difference, and where a rerun differs the frameworks of both are printed (``run.json``
+records them since 2026-11-30).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, however this one is loaded
 from archive import ARCHIVE, STUDY, unpacked  # noqa: E402
 from run import ROOT, TRAINED, Study, build_missing_corpora, say, select  # noqa: E402
+
+from uat_hf.utils.version import framework_versions  # noqa: E402
 
 TIMING = ("runtime", "per_second", "seconds", "preparation_time")
 #: What the audit decided for a corpus: what ``drop`` and ``reweight`` train on.
@@ -45,7 +49,7 @@ def _first_difference(label: str, archived: list[dict], rerun: list[dict]) -> st
         return f"{label}: {len(rerun)} entries, the archive {len(archived)}"
     for old, new in zip(archived, rerun):
         old, new = _timeless(old), _timeless(new)
-        keys = sorted(key for key in old.keys() | new.keys() if not _same(old.get(key), new.get(key)))
+        keys = sorted(key for key in old if not _same(old[key], new.get(key)))  # what the archive logged
         if keys:
             return f"{label}: first differs at step {new.get('step', old.get('step'))} in {', '.join(keys)}"
     return None
@@ -129,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
               f"entries; test mean BLEU {old} (archive) / {new} (rerun)")
         for line in found["differences"]:
             print(f"  {line}")
+        stack = json.loads((archived / run.cell / f"seed{run.seed}" / "run.json").read_text())["machine"]
+        if found["differences"] and stack.get("frameworks") != framework_versions():
+            print(f"  frameworks: the archive's {stack.get('frameworks', 'not recorded')}, today's "
+                  f"{framework_versions()}")
         if found["signals_added"]:
             print(f"  audit signals added since: {', '.join(found['signals_added'])}")
     return 1 if failed else 0

@@ -52,6 +52,7 @@ import yaml
 
 from uat_hf.strategies.registry import get_strategy, split_variant
 from uat_hf.utils.checkpoints import checkpoint_folders, last_complete_checkpoint
+from uat_hf.utils.version import framework_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, however this one is loaded
 import grid  # noqa: E402
@@ -88,8 +89,10 @@ def checkout_env() -> dict[str, str]:
 
 
 def machine(device: str) -> dict:
-    """Where a run trained: the GPU's name on ``cuda`` (runs on different cards or on the CPU are not paired)."""
-    found = {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": 1, "device": device}
+    """Where a run trained, and with which frameworks: the GPU's name on ``cuda`` (runs on different cards or on the
+    CPU are not paired)."""
+    found = {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": 1, "device": device,
+             "frameworks": framework_versions()}
     if device == "cuda":
         import torch
 

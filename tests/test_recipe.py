@@ -86,6 +86,14 @@ def test_model_card_has_hub_metadata_and_the_means_last(tmp_path):
     assert (kde4.dataset_type, kde4.dataset_config, kde4.dataset_split) == ("Helsinki-NLP/kde4", "de-en", "test")
     rows = [line.split(" | ")[0].strip("| ") for line in card.text.splitlines() if line.startswith("| ")]
     assert rows == ["corpus", "bible", "kde4", "software", "mean"]
+    import torch
+    import transformers
+
+    from uat_hf import __version__
+
+    versions = card.text.split("### Framework versions\n\n")[1].split("\n\n")[0].splitlines()
+    assert versions[:3] == [f"- uat-hf {__version__}", f"- Transformers {transformers.__version__}",
+                            f"- PyTorch {torch.__version__}"]
 
 
 def test_hub_repo_id_goes_through_hf_hub_download(tmp_path, monkeypatch):

@@ -3,7 +3,8 @@
 The metadata is the Hub's own (``ModelCardData``): the languages of the corpora, the Hub datasets among
 the corpus specs, BLEU and chrF as metrics, the base model when a pretrained checkpoint was fine-tuned, and
 the per-corpus scores as ``model-index`` evaluation results. The text says what was trained on what, how
-it was balanced, how to reproduce it, and the scores: one row per corpus in name order, the means last.
+it was balanced, how to reproduce it (the recipe and the framework versions), and the scores: one row per corpus
+in name order, the means last.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from ..data.corpus_specs import DIRECTIONS
 from ..strategies.registry import describe_strategy
 from ..utils.hub_errors import is_hub_id
+from ..utils.version import framework_versions
 
 __all__ = ["METRICS", "build_model_card", "stopped_early_note"]
 
@@ -104,7 +106,8 @@ def _text(fields: Mapping[str, Any], specs: list[dict], eval_specs: list[dict],
     if ood:
         lines.append(f"- Out-of-domain evaluation: {', '.join(map(str, ood))}")
     lines += ["", "## Reproduce", "", "```bash", "uat-train --config <this directory or repo id>", "```", "",
-              f"The full configuration is in `{recipe_file}`."]
+              f"The full configuration is in `{recipe_file}`.", "", "### Framework versions", ""]
+    lines += [f"- {label} {found}" for label, found in framework_versions().items()]
     if scores:
         copies = any("bleu_copy" in values for values in scores.values())
         lines += ["", "## Results", "", "| corpus | BLEU | chrF |" + (" copy BLEU | copy chrF |" if copies else ""),
