@@ -11,8 +11,8 @@ archived run logged: loss, grad norm, learning rate, the mix p), every update of
 the audit decided per corpus (signals flagged, clean share, pairs marked for ``drop``) and uat-train's test metrics.
 Times are left out. On the CPU with one thread and the same frameworks a rerun is expected to be identical; on a
 GPU it is not (CUDA kernels do not fix their summation order). Signals the audit gained after a run was archived
-are listed, not counted as a difference, and where a rerun differs the frameworks of both are printed (``run.json``
-records them since 2026-11-30).
+are listed, not counted as a difference, and where a rerun differs the frameworks and the CPU's vector instructions
+of both are printed (``run.json`` records them since 2026-11-30).
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, however this one is loaded
 from archive import ARCHIVE, STUDY, unpacked  # noqa: E402
-from run import ROOT, TRAINED, Study, build_missing_corpora, say, select  # noqa: E402
-
-from uat_hf.utils.version import framework_versions  # noqa: E402
+from run import ROOT, TRAINED, Study, build_missing_corpora, machine, say, select  # noqa: E402
 
 TIMING = ("runtime", "per_second", "seconds", "preparation_time")
 #: What the audit decided for a corpus: what ``drop`` and ``reweight`` train on.
@@ -134,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in found["differences"]:
             print(f"  {line}")
         stack = json.loads((archived / run.cell / f"seed{run.seed}" / "run.json").read_text())["machine"]
-        if found["differences"] and stack.get("frameworks") != framework_versions():
-            print(f"  frameworks: the archive's {stack.get('frameworks', 'not recorded')}, today's "
-                  f"{framework_versions()}")
+        today = machine(stack.get("device", "cpu"))
+        for key in ("frameworks", "cpu_capability"):
+            if found["differences"] and stack.get(key) != today[key]:
+                print(f"  {key}: the archive's {stack.get(key, 'not recorded')}, today's {today[key]}")
         if found["signals_added"]:
             print(f"  audit signals added since: {', '.join(found['signals_added'])}")
     return 1 if failed else 0

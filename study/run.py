@@ -91,11 +91,12 @@ def checkout_env() -> dict[str, str]:
 def machine(device: str) -> dict:
     """Where a run trained, and with which frameworks: the GPU's name on ``cuda`` (runs on different cards or on the
     CPU are not paired)."""
-    found = {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": 1, "device": device,
-             "frameworks": framework_versions()}
-    if device == "cuda":
-        import torch
+    import torch
 
+    # The CPU's vector instructions choose PyTorch's kernels, and so how sums round: a rerun elsewhere can differ.
+    found = {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": 1, "device": device,
+             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "frameworks": framework_versions()}
+    if device == "cuda":
         found["gpu"] = torch.cuda.get_device_name(0)
     return found
 

@@ -203,6 +203,12 @@ def test_driver_trains_all_then_scores_against_the_best_static_prior_of_the_same
     marker = json.loads((packed / "run.json").read_text())
     assert marker["baseline"] == "uniform" and marker["rerun"].endswith("--cells tiny-A-multiuat-entsent --seeds 2 "
                                                                         "--redo")
+    import torch
+    import transformers
+
+    # the stack it trained with, which a rerun must match to give the same numbers
+    assert marker["machine"]["frameworks"]["Transformers"] == transformers.__version__
+    assert marker["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert (packed / "hypotheses" / "bible.txt.gz").is_file() and (packed / "recipe.yaml").is_file()
 
     tools.commands.clear()
