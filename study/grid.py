@@ -305,6 +305,7 @@ def known_answer_cells() -> list[tuple[str, str, str]]:
     return ([(setup, "A", strategy) for setup in first for strategy in KNOWN_STRATEGIES]
             + [("misaligned", "A", strategy + GUARD_SUFFIX) for strategy in GUARDED_STRATEGIES]
             + [("misaligned", "A", strategy + DOWNWEIGHT_SUFFIX) for strategy in DOWNWEIGHTED_STRATEGIES]
+            + [("misaligned", "A", "proportional-drop")]  # the product's default, as in every noise cell
             + [(setup, SWEEP_REGIME, "proportional" + DOWNWEIGHT_SUFFIX) for setup in ("misaligned", "control")]
             + [("misaligned", SWEEP_REGIME, strategy) for strategy in SWEEP_STRATEGIES]
             + [(setup, "A", strategy) for setup in noise.KINDS

@@ -421,12 +421,15 @@ def test_study_recipes_are_current_and_parse():
     on_disk = {path.name: path.read_text() for path in folder.glob("*.yaml")}
     assert on_disk == study_recipes.all_recipes(), "run python study/grid.py"
     # 4 grids × 8 strategies (mixing-law included); 2 known-answer setups × 7 strategies, 4 guarded misaligned cells,
-    # 2 down-weighted ones on test and 2 on dev, and the 4-prior share sweep; 10 noise setups × (proportional and its
-    # two audit actions on test, the sweep and the two audit actions on dev), the oracle of each noise setup whose
-    # sweep has run, and the fixed-point cell
+    # 2 down-weighted ones on test and 2 on dev, the misaligned cell with the audit's default (drop), and the 4-prior
+    # share sweep; 10 noise setups × (proportional and its two audit actions on test, the sweep and the two audit
+    # actions on dev), the oracle of each noise setup whose sweep has run, and the fixed-point cell
     oracles = len(study_recipes.NOISE_ORACLE_SHARES)
-    assert len(on_disk) == 32 + 14 + 4 + 2 + 2 + 4 + 10 * (3 + 6) + oracles + 1
-    assert len(study_recipes.known_answer_cells()) == 22 + 4 + 10 * 9 + oracles
+    assert len(on_disk) == 32 + 14 + 4 + 2 + 2 + 1 + 4 + 10 * (3 + 6) + oracles + 1
+    assert len(study_recipes.known_answer_cells()) == 22 + 1 + 4 + 10 * 9 + oracles
+    drop = cli.parse_arguments(["--config", str(folder / "misaligned-A-proportional-drop.yaml")])
+    assert (drop[0].strategy, drop[1].corpus_audit, drop[1].corpus_dir) == ("proportional", "drop",
+                                                                             "runs/known-answer/misaligned")
     audited = folder / "untranslated-Adev-proportional-reweight.yaml"
     training, data, *_ = cli.parse_arguments(["--config", str(audited)])
     assert (training.strategy, data.corpus_audit, data.eval_split) == ("proportional", "reweight", "dev")
