@@ -90,12 +90,11 @@ def compare(archived: Path, rerun: Path) -> dict:
     results = [json.loads((folder / "eval_results.json").read_text()) for folder in (archived, rerun)]
     audit, added = _audit_differences(results[0].get("corpus_audit", {}), results[1].get("corpus_audit", {}))
     differences += audit
-    metrics = [{k: v for k, v in _timeless(r).items() if isinstance(v, (int, float))} for r in results]
-    old, new = metrics
+    old, new = ({k: v for k, v in _timeless(r).items() if isinstance(v, (int, float))} for r in results)
     changed = sorted(k for k in old.keys() | new.keys() if not _same(old.get(k), new.get(k)))
     if changed:
         differences.append(f"test metrics: {', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''} differ")
-    return {"steps": len(states[1]), "mean_bleu": (metrics[0].get("eval_mean_bleu"), metrics[1].get("eval_mean_bleu")),
+    return {"steps": len(states[1]), "mean_bleu": (old.get("eval_mean_bleu"), new.get("eval_mean_bleu")),
             "differences": [d for d in differences if d], "signals_added": added}
 
 
